@@ -1,0 +1,179 @@
+"""DSPy adapter whose rollouts go through one worker pool, one task per example.
+
+``BatchedAdapter`` subclasses dspy's ``DspyAdapter`` and keeps everything that is
+about *what* a rollout means (building the program from a candidate, reflective
+datasets, feedback) while replacing *how* rollouts are scheduled:
+
+- every (candidate, example) pair of a gepa batch is one pool task, so a long
+  validation and short minibatches share W workers instead of a static split;
+- traces are captured only for the parent minibatch evaluations that reflection
+  reads, never for children screening or full validation;
+- proposal generation is handed to :class:`dspy_pxn.reflection.PooledReflection`
+  (``propose_new_texts = None`` tells gepa the adapter does not own it), because
+  gepa calls an adapter's ``propose_new_texts`` one task at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import dspy
+from dspy.primitives import Example, Prediction
+from dspy.teleprompt.bootstrap_trace import FailedPrediction
+from dspy.teleprompt.gepa.gepa_utils import DspyAdapter
+from dspy.utils.exceptions import AdapterParseError
+from gepa import EvaluationBatch
+from gepa.core.state import _candidate_hash
+
+from dspy_pxn.pool import WorkerPool
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RolloutResult:
+    """One example's outcome. ``trace`` is None when traces were not requested or the program raised."""
+
+    prediction: Any
+    score: Any
+    trace: list | None
+    error: str | None = None
+
+
+def run_rollout(
+    program: dspy.Module,
+    example: Example,
+    metric: Callable[..., Any],
+    capture_trace: bool,
+    failure_score: float,
+) -> RolloutResult:
+    """Run the program on one example and score it, turning every failure into a score.
+
+    Mirrors what dspy's ``Evaluate``/``bootstrap_trace_data`` make of a failure so
+    that gepa sees the same numbers as under dspy.GEPA: a parse failure becomes a
+    ``FailedPrediction`` in the trace (reflection shows the raw completion), any
+    other exception scores ``failure_score`` and leaves no trajectory.
+    """
+    with dspy.context(trace=[] if capture_trace else None):
+        try:
+            prediction = program(**example.inputs())
+        except AdapterParseError as error:
+            if not capture_trace:
+                return RolloutResult(Prediction(), failure_score, None, f"{type(error).__name__}: {error}")
+            trace = list(dspy.settings.trace)
+            predictor = next((p for p in program.predictors() if p.signature == error.signature), None)
+            failed = FailedPrediction(completion_text=error.lm_response, format_reward=failure_score)
+            if predictor is not None:
+                trace.append((predictor, example.inputs().toDict(), failed))
+            return RolloutResult(failed, failure_score, trace, f"{type(error).__name__}: {error}")
+        except Exception as error:  # noqa: BLE001 - a rollout failure is a score, not a crash
+            logger.warning("Program raised on an example; scoring it %s: %s: %s", failure_score, type(error).__name__, error)
+            return RolloutResult(None if capture_trace else Prediction(), failure_score, None, f"{type(error).__name__}: {error}")
+        trace = list(dspy.settings.trace) if capture_trace else None
+    try:
+        score = metric(example, prediction, trace)
+    except Exception as error:  # noqa: BLE001
+        logger.warning("Metric raised on an example; scoring it %s: %s: %s", failure_score, type(error).__name__, error)
+        return RolloutResult(prediction, failure_score, trace, f"metric {type(error).__name__}: {error}")
+    return RolloutResult(prediction, score, trace)
+
+
+class BatchedAdapter(DspyAdapter):
+    """DspyAdapter with pooled rollouts, trace capture only where reflection needs it."""
+
+    # gepa asks the adapter to propose only if this is not None; PooledReflection does it concurrently.
+    propose_new_texts = None  # type: ignore[assignment]
+
+    def __init__(self, *args: Any, pool: WorkerPool, on_evaluated: Callable[[float, int, int], None] | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.pool = pool
+        self._on_evaluated = on_evaluated
+        self._traced_batches: set[tuple[str, tuple[int, ...]]] = set()
+        self._lock = threading.Lock()
+
+    def expect_parent_evaluations(self, batches: Sequence[tuple[dict[str, str], Sequence[Example]]]) -> None:
+        """Mark (parent candidate, minibatch) pairs whose next evaluation must capture traces.
+
+        gepa evaluates parents and children of a step through the same
+        ``batch_evaluate(items)`` call without saying which is which; the sampling
+        strategy knows the parents, so it registers them here. Each mark is consumed
+        by its first evaluation, so a child identical to its parent is not traced.
+        """
+        with self._lock:
+            self._traced_batches.update(self._batch_key(candidate, batch) for candidate, batch in batches)
+
+    @staticmethod
+    def _batch_key(candidate: dict[str, str], batch: Sequence[Example]) -> tuple[str, tuple[int, ...]]:
+        return _candidate_hash(candidate), tuple(id(example) for example in batch)
+
+    def _wants_traces(self, candidate: dict[str, str], batch: Sequence[Example]) -> bool:
+        key = self._batch_key(candidate, batch)
+        with self._lock:
+            if key in self._traced_batches:
+                self._traced_batches.discard(key)
+                return True
+        return False
+
+    def evaluate(self, batch, candidate, capture_traces=False, num_threads=None):
+        return self._evaluate_many([(candidate, batch, capture_traces)])[0]
+
+    def batch_evaluate(self, items, *, capture_traces=None):
+        """Evaluate every (candidate, batch) pair as one flat set of pool tasks."""
+        jobs = [
+            (candidate, batch, self._wants_traces(candidate, batch) if capture_traces is None else capture_traces)
+            for candidate, batch in items
+        ]
+        return self._evaluate_many(jobs)
+
+    def _evaluate_many(self, jobs: list[tuple[dict[str, str], Sequence[Example], bool]]) -> list[EvaluationBatch]:
+        start = time.perf_counter()
+        programs = [self._build_or_none(candidate) for candidate, _, _ in jobs]
+        tasks = [
+            (program, example, capture)
+            for program, (_, batch, capture) in zip(programs, jobs, strict=True)
+            if program is not None
+            for example in batch
+        ]
+        results = self.pool.map(self._rollout_task, tasks)
+        failures = sum(1 for r in results if r.error is not None)
+        remaining = iter(results)
+        evaluations = []
+        for program, (_, batch, capture) in zip(programs, jobs, strict=True):
+            if program is None:
+                failures += len(batch)
+                evaluations.append(self._make_evaluation_batch([None] * len(batch), [None] * len(batch), [] if capture else None))
+                continue
+            evaluations.append(self._to_evaluation_batch(batch, [next(remaining) for _ in batch], capture))
+        if self._on_evaluated is not None:
+            self._on_evaluated(time.perf_counter() - start, len(tasks), failures)
+        return evaluations
+
+    def _build_or_none(self, candidate: dict[str, str]) -> dspy.Module | None:
+        try:
+            return self.build_program(candidate)
+        except SyntaxError as error:
+            logger.warning("Candidate failed to build (%s); scoring its batch as failures.", error)
+            return None
+
+    def _rollout_task(self, task: tuple[dspy.Module, Example, bool]) -> RolloutResult:
+        program, example, capture = task
+        return run_rollout(program, example, self.metric_fn, capture, self.failure_score)
+
+    def _to_evaluation_batch(self, batch: Sequence[Example], results: list[RolloutResult], capture: bool) -> EvaluationBatch:
+        trajectories = None
+        if capture:
+            trajectories = [
+                {"example_ind": index, "example": example, "prediction": r.prediction, "trace": r.trace, "score": r.score}
+                for index, (example, r) in enumerate(zip(batch, results, strict=True))
+                if r.trace is not None
+            ]
+        return self._make_evaluation_batch(
+            outputs=[r.prediction for r in results],
+            raw_scores=[r.score for r in results],
+            trajectories=trajectories,
+        )

@@ -1,0 +1,413 @@
+"""Loopback OpenAI-compatible server that answers like `simulation.respond`, slowly on purpose.
+
+A parallel optimiser's speed-up only shows when LM calls take wall-clock time
+and the real client stack (dspy.LM -> litellm -> openai SDK -> HTTP) is in the
+loop; an in-process fake would hide both. The server runs in its own process
+(`LatencyServer`) so its threads never compete with the optimiser for a GIL,
+and it counts calls and peak concurrency so tests can *measure* parallelism.
+
+CLI::
+
+    python -m dspy_pxn.latency_server --port 0 --task-latency 0.5 --reflection-latency 2.0
+
+prints exactly one line ``READY http://127.0.0.1:<port>/v1`` once listening.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # allow `python path/to/latency_server.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dspy_pxn import simulation  # noqa: E402
+from dspy_pxn.simulation import CallStats, chat_completion_body, estimate_tokens, respond  # noqa: E402
+
+__all__ = ["SimServer", "LatencyServer", "serve", "main"]
+
+HOST = "127.0.0.1"
+
+
+class SimServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer carrying the simulation settings and shared stats."""
+
+    daemon_threads = True
+    # The default backlog of 5 drops SYNs under a burst of parallel clients,
+    # which turns into ~1 s client retries and fake "latency".
+    request_queue_size = 256
+    allow_reuse_address = True
+
+    def __init__(
+        self,
+        port: int = 0,
+        *,
+        task_latency: float = 0.0,
+        reflection_latency: float = 0.0,
+        reflection_error_rate: float | None = None,
+    ) -> None:
+        super().__init__((HOST, port), _Handler)
+        self.task_latency = task_latency
+        self.reflection_latency = reflection_latency
+        self.reflection_error_rate = reflection_error_rate
+        self.call_stats = CallStats()
+        self._meta_lock = threading.Lock()
+        # Which client stack called (openai SDK via litellm vs dspy's native lm15), for verification.
+        self.clients: Counter[str] = Counter()
+        self.streamed = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{HOST}:{self.server_address[1]}/v1"
+
+    def stats(self) -> dict[str, Any]:
+        snap = self.call_stats.snapshot()
+        with self._meta_lock:
+            snap["clients"] = dict(self.clients)
+            snap["streamed"] = self.streamed
+        snap["config"] = {
+            "task_latency": self.task_latency,
+            "reflection_latency": self.reflection_latency,
+            "reflection_error_rate": (
+                simulation.DEFAULT_REFLECTION_ERROR_RATE
+                if self.reflection_error_rate is None
+                else self.reflection_error_rate
+            ),
+        }
+        return snap
+
+    def reset_stats(self) -> None:
+        self.call_stats.reset()
+        with self._meta_lock:
+            self.clients.clear()
+            self.streamed = 0
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive: clients pool connections, as against a real provider
+    server: SimServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass  # stdout carries only the READY line; per-request logs would just be noise
+
+    # ---- helpers -------------------------------------------------------- #
+
+    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _json(self, status: int, obj: Any) -> None:
+        self._send(status, json.dumps(obj).encode())
+
+    def _error(self, status: int, message: str, type_: str = "invalid_request_error") -> None:
+        self._json(status, {"error": {"message": message, "type": type_, "param": None, "code": None}})
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def _path(self) -> str:
+        return self.path.split("?", 1)[0].rstrip("/") or "/"
+
+    # ---- routes --------------------------------------------------------- #
+
+    def do_GET(self) -> None:  # noqa: N802
+        path = self._path()
+        if path == "/health":
+            self._json(200, {"status": "ok"})
+        elif path in ("/v1/models", "/models"):
+            now = int(time.time())
+            self._json(200, {"object": "list", "data": [
+                {"id": m, "object": "model", "created": now, "owned_by": "dspy_pxn"}
+                for m in ("sim-task", "sim-reflection")
+            ]})
+        elif path == "/stats":
+            self._json(200, self.server.stats())
+        else:
+            self._error(404, f"no route for GET {path}")
+
+    def do_POST(self) -> None:  # noqa: N802
+        path = self._path()
+        body = self._read_body()  # always drain, or the next keep-alive request is corrupted
+        if path == "/stats/reset":
+            self.server.reset_stats()
+            self._json(200, {"status": "reset"})
+        elif path in ("/v1/chat/completions", "/chat/completions"):
+            self._chat(body)
+        else:
+            self._error(404, f"no route for POST {path}")
+
+    def _chat(self, raw: bytes) -> None:
+        try:
+            payload = json.loads(raw or b"{}")
+            messages = payload["messages"]
+            if not isinstance(messages, list):
+                raise TypeError("messages must be a list")
+        except (ValueError, KeyError, TypeError) as exc:
+            self._error(400, f"bad request body: {exc}")
+            return
+        srv = self.server
+        with srv._meta_lock:
+            srv.clients[_client_id(self.headers)] += 1
+        kind, content = respond(messages, reflection_error_rate=srv.reflection_error_rate)
+        with srv.call_stats.track(kind):
+            delay = srv.reflection_latency if kind == "reflection" else srv.task_latency
+            if delay > 0:
+                time.sleep(delay)
+        model = str(payload.get("model") or "sim")
+        completion = chat_completion_body(messages, content, model)
+        if payload.get("stream"):
+            with srv._meta_lock:
+                srv.streamed += 1
+            include_usage = bool((payload.get("stream_options") or {}).get("include_usage"))
+            self._send(200, _sse(completion, include_usage), "text/event-stream")
+        else:
+            self._json(200, completion)
+
+
+def _client_id(headers: Any) -> str:
+    """"openai-python/<ver> (<UA>)" when the openai SDK (litellm's transport) sent it, else the User-Agent."""
+    ua = headers.get("User-Agent", "") or "unknown"
+    sdk = headers.get("X-Stainless-Package-Version")
+    return f"openai-python/{sdk} ({ua})" if sdk else ua
+
+
+def _sse(completion: dict[str, Any], include_usage: bool) -> bytes:
+    """Minimal SSE rendering of a finished completion (role+content chunk, stop chunk, [usage], [DONE]).
+
+    Sent with a Content-Length: the whole reply is known, so no chunked encoding is needed.
+    """
+    base = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    content = completion["choices"][0]["message"]["content"]
+    chunks = [
+        base | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": content}, "finish_reason": None}]},
+        base | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+    ]
+    if include_usage:
+        chunks.append(base | {"choices": [], "usage": completion["usage"]})
+    out = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+    return out.encode()
+
+
+def serve(
+    port: int = 0,
+    *,
+    task_latency: float = 0.0,
+    reflection_latency: float = 0.0,
+    reflection_error_rate: float | None = None,
+) -> None:
+    """Run until killed, announcing the URL on stdout only once the socket is listening."""
+    server = SimServer(
+        port,
+        task_latency=task_latency,
+        reflection_latency=reflection_latency,
+        reflection_error_rate=reflection_error_rate,
+    )
+    print(f"READY {server.base_url}", flush=True)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--task-latency", type=float, default=0.0, help="seconds per task call")
+    parser.add_argument("--reflection-latency", type=float, default=0.0, help="seconds per reflection call")
+    parser.add_argument(
+        "--reflection-error-rate", type=float, default=None,
+        help=f"probability a reflection garbles its new definition (default {simulation.DEFAULT_REFLECTION_ERROR_RATE})",
+    )
+    args = parser.parse_args(argv)
+    serve(
+        args.port,
+        task_latency=args.task_latency,
+        reflection_latency=args.reflection_latency,
+        reflection_error_rate=args.reflection_error_rate,
+    )
+
+
+# --------------------------------------------------------------------------- #
+# Client-side handle
+# --------------------------------------------------------------------------- #
+
+# urllib must not route loopback stats calls through any configured HTTP proxy.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class LatencyServer:
+    """Start the server CLI as a subprocess and hand out `dspy.LM`s pointed at it.
+
+    A subprocess, not a thread: the simulated provider must not steal GIL time
+    from the optimiser being benchmarked (nor be slowed by it).
+    """
+
+    def __init__(
+        self,
+        *,
+        task_latency: float = 0.0,
+        reflection_latency: float = 0.0,
+        reflection_error_rate: float | None = None,
+        port: int = 0,
+        startup_timeout: float = 30.0,
+    ) -> None:
+        self.task_latency = task_latency
+        self.reflection_latency = reflection_latency
+        self.reflection_error_rate = reflection_error_rate
+        self.port = port
+        self.startup_timeout = startup_timeout
+        self.base_url: str | None = None
+        self._proc: subprocess.Popen[str] | None = None
+        self._stderr: Any = None
+
+    # ---- lifecycle ------------------------------------------------------ #
+
+    def start(self) -> "LatencyServer":
+        if self._proc is not None:
+            return self
+        cmd = [
+            sys.executable, "-m", "dspy_pxn.latency_server",
+            "--port", str(self.port),
+            "--task-latency", str(self.task_latency),
+            "--reflection-latency", str(self.reflection_latency),
+        ]
+        if self.reflection_error_rate is not None:
+            cmd += ["--reflection-error-rate", str(self.reflection_error_rate)]
+        env = dict(os.environ)
+        # Make `dspy_pxn` importable in the child however the parent found it.
+        root = str(Path(__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        # stderr to a file, not a pipe: nobody drains it while the server runs.
+        self._stderr = tempfile.TemporaryFile(mode="w+", prefix="latency_server_", suffix=".err")
+        self._proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._stderr, text=True, env=env,
+        )
+        try:
+            self.base_url = self._await_ready()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _await_ready(self) -> str:
+        assert self._proc is not None and self._proc.stdout is not None
+        deadline = time.monotonic() + self.startup_timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RuntimeError(
+                    f"latency server did not print READY within {self.startup_timeout:.0f}s; stderr:\n{self._stderr_text()}"
+                )
+            ready, _, _ = select.select([self._proc.stdout], [], [], min(remaining, 0.5))
+            if ready:
+                line = self._proc.stdout.readline()
+                if line.startswith("READY "):
+                    return line.split(" ", 1)[1].strip()
+                if line:
+                    continue
+            if self._proc.poll() is not None:
+                raise RuntimeError(
+                    f"latency server exited with code {self._proc.returncode} before READY; stderr:\n{self._stderr_text()}"
+                )
+
+    def _stderr_text(self) -> str:
+        if self._stderr is None:
+            return ""
+        try:
+            self._stderr.flush()
+            self._stderr.seek(0)
+            return self._stderr.read()[-4000:]
+        except (OSError, ValueError):
+            return "<stderr unavailable>"
+
+    def close(self) -> None:
+        """Terminate the subprocess (kill if it lingers); safe to call twice."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=5)
+            if proc.stdout is not None:
+                proc.stdout.close()
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
+
+    def __enter__(self) -> "LatencyServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    # ---- stats ---------------------------------------------------------- #
+
+    @property
+    def root_url(self) -> str:
+        if self.base_url is None:
+            raise RuntimeError("LatencyServer is not started")
+        return self.base_url.rsplit("/v1", 1)[0]
+
+    def _request(self, method: str, path: str) -> dict[str, Any]:
+        req = urllib.request.Request(self.root_url + path, method=method, data=b"" if method == "POST" else None)
+        with _OPENER.open(req, timeout=10) as resp:
+            return json.loads(resp.read())
+
+    def stats(self) -> dict[str, Any]:
+        """Server-side counters: calls, in_flight and max_in_flight by kind and total, clients."""
+        return self._request("GET", "/stats")
+
+    def reset_stats(self) -> None:
+        self._request("POST", "/stats/reset")
+
+    # ---- clients -------------------------------------------------------- #
+
+    def lm(self, kind_hint: str = "task", **kw: Any):
+        """A `dspy.LM` on the litellm engine, uncached, aimed at this server.
+
+        `engine="litellm"` because dspy 3.4's default "auto" would send an
+        openai/ model with api_base through its native lm15 HTTP client instead.
+        `kind_hint` only names the model (sim-task / sim-reflection) for
+        readable histories; the server classifies calls by prompt content.
+        """
+        import dspy
+
+        # litellm otherwise tries to download its model-cost map on first import.
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        params: dict[str, Any] = dict(
+            api_base=self.base_url, api_key="sim", cache=False, temperature=0.0, num_retries=0, engine="litellm",
+        )
+        params.update(kw)
+        return dspy.LM(f"openai/sim-{kind_hint}", **params)
+
+
+if __name__ == "__main__":
+    main()

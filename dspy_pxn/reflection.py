@@ -1,0 +1,108 @@
+"""All P·N reflection calls of a step at once, on the run's worker pool.
+
+gepa runs an adapter's ``propose_new_texts`` once per task in a loop, so the P·N
+reflection LM calls of a step take P·N round trips. gepa also accepts a
+``ReflectionLM`` strategy with ``reflect_many``; this one fans the jobs out on the
+pool and delegates each job to dspy's own ``DspyAdapter.propose_new_texts``, so
+the prompts and parsing are exactly dspy.GEPA's.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import dspy
+from dspy.teleprompt.gepa.gepa_utils import DspyAdapter
+from gepa.proposer.reflective_mutation.reflection_lm import ReflectionJob, ReflectionProposal
+
+from dspy_pxn.pool import WorkerPool
+
+logger = logging.getLogger(__name__)
+
+
+def mutation_rollout_ids(jobs: Sequence[ReflectionJob]) -> list[int | None]:
+    """Give the k-th repeat of a parent within one step ``rollout_id=k``.
+
+    Without it, two mutation requests for the same parent and the same reflective
+    data are the same LM request and DSPy's cache answers the second with the first
+    one's text. The first request keeps no rollout id, so a 1×1 run sends exactly the
+    requests dspy.GEPA sends (and hits the same cache entries).
+    """
+    seen: Counter[str] = Counter()
+    ids: list[int | None] = []
+    for candidate, _, _ in jobs:
+        key = repr(sorted(candidate.items()))
+        ids.append(seen[key] or None)
+        seen[key] += 1
+    return ids
+
+
+class PooledReflection:
+    """gepa ``ReflectionLM`` that proposes every job of a step concurrently.
+
+    A job whose reflection raises (rate limit, malformed output) yields an empty
+    proposal: gepa then drops that proposal only, and the failure is counted.
+    """
+
+    def __init__(
+        self,
+        adapter: DspyAdapter,
+        reflection_lm: dspy.BaseLM | None,
+        pool: WorkerPool,
+        on_reflected: Callable[[float, int, int], None] | None = None,
+    ):
+        self.adapter = adapter
+        self.reflection_lm = reflection_lm
+        self.pool = pool
+        self._on_reflected = on_reflected
+        self._lock = threading.Lock()
+        self.failures = 0
+        self._warned_zero_temperature = False
+
+    def reflect(
+        self,
+        candidate: dict[str, str],
+        reflective_dataset: Mapping[str, Sequence[Mapping[str, Any]]],
+        components_to_update: list[str],
+    ) -> tuple[ReflectionProposal, PooledReflection]:
+        return self.reflect_many([(candidate, reflective_dataset, components_to_update)])[0]
+
+    def reflect_many(self, jobs: list[ReflectionJob]) -> list[tuple[ReflectionProposal, PooledReflection]]:
+        start = time.perf_counter()
+        rollout_ids = mutation_rollout_ids(jobs)
+        self._note_deterministic_repeats(rollout_ids)
+        proposals = self.pool.map(self._propose_one, list(zip(jobs, rollout_ids, strict=True)))
+        failed = sum(1 for p in proposals if not p.new_texts)
+        if self._on_reflected is not None:
+            self._on_reflected(time.perf_counter() - start, len(jobs), failed)
+        return [(proposal, self) for proposal in proposals]
+
+    def _propose_one(self, job_and_rollout: tuple[ReflectionJob, int | None]) -> ReflectionProposal:
+        (candidate, reflective_dataset, components), rollout_id = job_and_rollout
+        lm = self.reflection_lm or dspy.settings.lm
+        if rollout_id is not None:
+            lm = lm.copy(rollout_id=rollout_id)
+        try:
+            with dspy.context(lm=lm):
+                new_texts = DspyAdapter.propose_new_texts(self.adapter, candidate, reflective_dataset, components)
+        except Exception as error:  # noqa: BLE001 - one failed reflection drops one proposal
+            logger.warning("Reflection failed; dropping this proposal: %s: %s", type(error).__name__, error)
+            with self._lock:
+                self.failures += 1
+            return ReflectionProposal(new_texts={}, metadata={"reflection_error": f"{type(error).__name__}: {error}"})
+        return ReflectionProposal(new_texts=new_texts)
+
+    def _note_deterministic_repeats(self, rollout_ids: list[int | None]) -> None:
+        lm = self.reflection_lm or dspy.settings.lm
+        temperature = getattr(lm, "kwargs", {}).get("temperature")
+        if any(rollout_ids) and temperature == 0 and not self._warned_zero_temperature:
+            self._warned_zero_temperature = True
+            logger.info(
+                "reflection_lm has temperature=0: mutations of one parent differ only through their "
+                "minibatches; set temperature>0 for more diverse mutations."
+            )

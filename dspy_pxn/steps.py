@@ -1,0 +1,190 @@
+"""StepRecord: the single per-step truth, and the gepa callback that writes it.
+
+Everything that reports on a run (the JSONL step log, MLflow, progress, the runtime
+model) reads these records, so they carry the quantities the paper's runtime model
+needs: width, acceptance, whether validation fired, and where the time went.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gepa.core.state import GEPAState
+from gepa.gepa_utils import remove_dominated_programs
+from gepa.strategies.proposal_sampling import ProposalTask
+
+from dspy_pxn.pool import WorkerPool
+
+logger = logging.getLogger(__name__)
+
+STEP_LOG_NAME = "steps.jsonl"
+
+
+@dataclass
+class StepRecord:
+    """One optimizer iteration. Times are seconds; scores are validation averages."""
+
+    step: int
+    kind: str  # "reflective" or "merge"
+    p: int
+    n: int
+    width: int  # proposal tasks sampled (P·N unless the budget narrowed the step)
+    distinct_parents: int
+    proposals: int  # children screened on their minibatch
+    accepted: int  # children added to the pool after full validation
+    full_validation: bool
+    new_candidates: list[int]
+    metric_calls: int  # spent in this step
+    metric_calls_total: int
+    budget: int
+    best_val: float
+    mean_val: float
+    pareto_front_size: int
+    wall_s: float
+    reflection_s: float
+    screening_s: float
+    validation_s: float
+    rollouts: int
+    rollout_failures: int
+    reflection_failures: int
+    worker_utilisation: float
+    num_workers: int
+    started_at: float = field(default=0.0)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+def read_step_log(log_dir: str) -> list[StepRecord]:
+    """Load the records a run wrote to ``log_dir`` (one JSON object per line)."""
+    path = os.path.join(log_dir, STEP_LOG_NAME)
+    if not os.path.exists(path):
+        return []
+    with open(path) as handle:
+        return [StepRecord(**json.loads(line)) for line in handle if line.strip()]
+
+
+def pareto_front_size(state: GEPAState) -> int:
+    front = remove_dominated_programs(state.get_pareto_front_mapping(), scores=state.per_program_tracked_scores)
+    return len({program for programs in front.values() for program in programs})
+
+
+class StepRecorder:
+    """gepa callback that times each iteration's phases and emits one StepRecord.
+
+    The phase an evaluation belongs to is set by the strategies that bracket it:
+    sampling starts screening, selection starts validation. Reflection reports its
+    own time. This needs no guess about which ``batch_evaluate`` call is which.
+    """
+
+    def __init__(self, p: int, n: int, budget: int, pool: WorkerPool, log_dir: str | None = None, sinks: list[Any] | None = None):
+        self.p, self.n, self.budget = p, n, budget
+        self.pool = pool
+        self.log_dir = log_dir
+        self.sinks = list(sinks or [])
+        self.steps: list[StepRecord] = []
+        self._lock = threading.Lock()
+        self._reset(None)
+
+    # -- phase reports from the adapter, reflection and strategies ----------------
+    def on_tasks_sampled(self, tasks: list[ProposalTask]) -> None:
+        self._phase = "screening"
+        self._width = len(tasks)
+        self._parents = len({t.parent_idx for t in tasks})
+
+    def on_selection(self) -> None:
+        self._phase = "validation"
+
+    def on_evaluated(self, seconds: float, rollouts: int, failures: int) -> None:
+        with self._lock:
+            self._phase_s[self._phase] = self._phase_s.get(self._phase, 0.0) + seconds
+            self._rollouts += rollouts
+            self._rollout_failures += failures
+
+    def on_reflected(self, seconds: float, jobs: int, failed: int) -> None:
+        with self._lock:
+            self._phase_s["reflection"] = self._phase_s.get("reflection", 0.0) + seconds
+            self._reflection_failures += failed
+
+    # -- gepa callback events -----------------------------------------------------
+    def on_iteration_start(self, event: dict) -> None:
+        self._reset(event["state"])
+
+    def on_merge_attempted(self, event: dict) -> None:
+        self._kind = "merge"
+
+    def on_candidate_accepted(self, event: dict) -> None:
+        self._new.append(event["new_candidate_idx"])
+
+    def on_candidate_rejected(self, event: dict) -> None:
+        self._rejected += 1
+
+    def on_iteration_end(self, event: dict) -> None:
+        state: GEPAState = event["state"]
+        wall = time.perf_counter() - self._t0
+        busy = self.pool.busy_seconds() - self._busy0
+        scores = state.program_full_scores_val_set
+        record = StepRecord(
+            step=len(self.steps) + 1,
+            kind=self._kind,
+            p=self.p,
+            n=self.n,
+            width=self._width,
+            distinct_parents=self._parents,
+            proposals=len(self._new) + self._rejected,
+            accepted=len(self._new),
+            full_validation=bool(self._new),
+            new_candidates=list(self._new),
+            metric_calls=state.total_num_evals - self._calls0,
+            metric_calls_total=state.total_num_evals,
+            budget=self.budget,
+            best_val=max(scores),
+            mean_val=sum(scores) / len(scores),
+            pareto_front_size=pareto_front_size(state),
+            wall_s=wall,
+            reflection_s=self._phase_s.get("reflection", 0.0),
+            screening_s=self._phase_s.get("screening", 0.0),
+            validation_s=self._phase_s.get("validation", 0.0),
+            rollouts=self._rollouts,
+            rollout_failures=self._rollout_failures,
+            reflection_failures=self._reflection_failures,
+            worker_utilisation=busy / (self.pool.num_workers * wall) if wall > 0 else 0.0,
+            num_workers=self.pool.num_workers,
+            started_at=self._started_at,
+        )
+        self.steps.append(record)
+        self._write(record)
+
+    # -- internals ------------------------------------------------------------------
+    def _reset(self, state: GEPAState | None) -> None:
+        self._t0 = time.perf_counter()
+        self._started_at = time.time()
+        self._busy0 = self.pool.busy_seconds()
+        self._calls0 = state.total_num_evals if state is not None else 0
+        self._kind = "reflective"
+        self._phase = "validation"
+        self._phase_s: dict[str, float] = {}
+        self._width = 0
+        self._parents = 0
+        self._new: list[int] = []
+        self._rejected = 0
+        self._rollouts = 0
+        self._rollout_failures = 0
+        self._reflection_failures = 0
+
+    def _write(self, record: StepRecord) -> None:
+        if self.log_dir is not None:
+            os.makedirs(self.log_dir, exist_ok=True)
+            with open(os.path.join(self.log_dir, STEP_LOG_NAME), "a") as handle:
+                handle.write(record.to_json() + "\n")
+        for sink in self.sinks:
+            try:
+                sink(record)
+            except Exception as error:  # noqa: BLE001 - an observer must never stop the run
+                logger.warning("Step sink %r failed: %s", sink, error)

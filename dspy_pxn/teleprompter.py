@@ -1,0 +1,329 @@
+"""BatchedGEPA: dspy.GEPA with P×N proposals per step, one worker pool, an exact budget.
+
+The engine is gepa's; this module only wires strategies into ``gepa.optimize``:
+
+    sampling    DistinctParentsPxN       P distinct parents × N mutations, budget-narrowed
+    minibatches SequentialMinibatchSampler  fresh minibatches for every task
+    reflection  PooledReflection         all P·N reflection calls at once
+    adapter     BatchedAdapter           every rollout of a step on one pool of W workers
+    selection   BudgetCappedSelection    all | best | top-k, never validating past the budget
+    stopper     ExactBudgetStopper       stop when no useful step fits the budget
+    callback    StepRecorder             one StepRecord per step (JSONL in log_dir, sinks)
+
+Merge is off by default: a merge replaces a whole reflective step when it fires, so
+with it on, a P×N run and a 1×1 run no longer spend their steps on the same kind of
+work. Turn it on with ``use_merge=True``; its cost is then part of the budget guard.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+import dspy
+from dspy.primitives import Example, Module
+from dspy.teleprompt.gepa.gepa import DspyGEPAResult
+from dspy.teleprompt.gepa.gepa_utils import LoggerAdapter
+from gepa import optimize
+from gepa.proposer.reflective_mutation.base import CandidateSelector
+from gepa.strategies.candidate_selector import (
+    CurrentBestCandidateSelector,
+    EpsilonGreedyCandidateSelector,
+    ParetoCandidateSelector,
+    TopKParetoCandidateSelector,
+)
+from gepa.strategies.proposal_selection import SelectionStrategy
+
+from dspy_pxn import checks
+from dspy_pxn.adapter import BatchedAdapter
+from dspy_pxn.pool import ThreadWorkerPool, WorkerPool
+from dspy_pxn.reflection import PooledReflection
+from dspy_pxn.steps import StepRecord, StepRecorder
+from dspy_pxn.strategies import (
+    BudgetCappedSelection,
+    BudgetGuard,
+    DistinctParentsPxN,
+    ExactBudgetStopper,
+    SequentialMinibatchSampler,
+    selection_strategy,
+    unique_minibatches,
+)
+
+logger = logging.getLogger(__name__)
+
+CANDIDATE_SELECTORS: dict[str, Callable[[random.Random], CandidateSelector]] = {
+    "pareto": lambda rng: ParetoCandidateSelector(rng=rng),
+    "current_best": lambda rng: CurrentBestCandidateSelector(),
+    "epsilon_greedy": lambda rng: EpsilonGreedyCandidateSelector(epsilon=0.1, rng=rng),
+    "top_k_pareto": lambda rng: TopKParetoCandidateSelector(k=5, rng=rng),
+}
+
+# Strategies BatchedGEPA owns; passing them through gepa_kwargs would silently undo P×N or the budget.
+OWNED_GEPA_KWARGS = (
+    "sampling_strategy",
+    "selection_strategy",
+    "reflection_strategy",
+    "batch_sampler",
+    "max_metric_calls",
+    "reflection_minibatch_size",
+    "candidate_selection_strategy",
+    "stop_callbacks",
+    "callbacks",
+)
+
+
+@dataclass(frozen=True)
+class BatchedGEPAResult(DspyGEPAResult):
+    """dspy.GEPA's detailed results plus the per-step records and run totals."""
+
+    steps: tuple[StepRecord, ...] = ()
+    budget: int = 0
+    num_workers: int = 0
+    wall_s: float = 0.0
+
+
+class BatchedGEPA(dspy.GEPA):
+    """dspy.GEPA that proposes P×N children per step and evaluates them concurrently.
+
+    Args (beyond dspy.GEPA's, whose meaning is unchanged):
+        p: parents per step, distinct when the Pareto front has that many.
+        n: mutations per parent, each on its own minibatch.
+        num_threads: W, the one pool shared by all rollouts and reflection calls of a
+            step. Default: enough for one step's screening (P·N·minibatch), and at
+            least ``dspy.settings.num_threads``.
+        selection: which improving children are fully validated: 'all' (default, the
+            paper's AllImprovements), 'best', an int k (top-k), or a gepa SelectionStrategy.
+        callbacks: gepa callbacks, notified alongside the step recorder.
+        step_sinks: callables receiving each ``StepRecord`` as it is written.
+        pool: a WorkerPool to run rollouts on (default: a thread pool of num_threads,
+            created and closed by each compile; a pool passed here is left open).
+
+    With ``p=1, n=1`` the run proposes the same candidates as dspy.GEPA for the same
+    seed and a deterministic LM (dspy.GEPA with ``use_merge=False``), stopping at the
+    last step that fits the budget instead of overshooting it.
+    """
+
+    def __init__(
+        self,
+        metric: Callable[..., Any],
+        *,
+        p: int = 1,
+        n: int = 1,
+        auto: Literal["light", "medium", "heavy"] | None = None,
+        max_full_evals: int | None = None,
+        max_metric_calls: int | None = None,
+        reflection_lm: dspy.BaseLM | None = None,
+        num_threads: int | None = None,
+        selection: str | int | SelectionStrategy = "all",
+        reflection_minibatch_size: int = 3,
+        candidate_selection_strategy: str | CandidateSelector = "pareto",
+        component_selector: Any = "round_robin",
+        use_merge: bool = False,
+        max_merge_invocations: int = 5,
+        skip_perfect_score: bool = True,
+        add_format_failure_as_feedback: bool = False,
+        instruction_proposer: Any = None,
+        failure_score: float = 0.0,
+        perfect_score: float = 1.0,
+        log_dir: str | None = None,
+        seed: int = 0,
+        track_best_outputs: bool = False,
+        warn_on_score_mismatch: bool = True,
+        display_progress_bar: bool = False,
+        pool: WorkerPool | None = None,
+        callbacks: Sequence[Any] = (),
+        step_sinks: Sequence[Callable[[StepRecord], None]] = (),
+        gepa_kwargs: dict[str, Any] | None = None,
+    ):
+        self.p = checks.positive_int("p", p, "p is the number of parents sampled per step, e.g. p=8.")
+        self.n = checks.positive_int("n", n, "n is the number of mutations drawn per parent, e.g. n=1.")
+        checks.one_budget(auto, max_full_evals, max_metric_calls)
+        checks.feedback_metric(metric)
+        if num_threads is not None:
+            checks.positive_int("num_threads", num_threads, "It is the number of concurrent rollouts, e.g. 16.")
+        checks.positive_int("reflection_minibatch_size", reflection_minibatch_size)
+        if isinstance(candidate_selection_strategy, str) and candidate_selection_strategy not in CANDIDATE_SELECTORS:
+            raise ValueError(
+                f"candidate_selection_strategy={candidate_selection_strategy!r} is unknown; "
+                f"use one of {sorted(CANDIDATE_SELECTORS)} or a gepa CandidateSelector."
+            )
+        self.selection = selection_strategy(selection)
+        owned = sorted(set(gepa_kwargs or {}) & set(OWNED_GEPA_KWARGS))
+        if owned:
+            raise ValueError(
+                f"gepa_kwargs may not set {owned}: BatchedGEPA sets them itself. Use BatchedGEPA's own "
+                "arguments (p, n, selection, max_metric_calls, reflection_minibatch_size, callbacks)."
+            )
+        reflection_lm = reflection_lm or dspy.settings.lm
+        if reflection_lm is None and instruction_proposer is None:
+            raise ValueError(
+                "No reflection LM: pass reflection_lm=dspy.LM('openai/gpt-5-mini', ...) or configure a default "
+                "with dspy.configure(lm=...) before creating BatchedGEPA."
+            )
+        super().__init__(
+            metric,
+            auto=auto,
+            max_full_evals=max_full_evals,
+            max_metric_calls=max_metric_calls,
+            reflection_minibatch_size=reflection_minibatch_size,
+            candidate_selection_strategy="pareto",
+            reflection_lm=reflection_lm,
+            skip_perfect_score=skip_perfect_score,
+            add_format_failure_as_feedback=add_format_failure_as_feedback,
+            instruction_proposer=instruction_proposer,
+            component_selector=component_selector,
+            use_merge=use_merge,
+            max_merge_invocations=max_merge_invocations,
+            num_threads=num_threads,
+            failure_score=failure_score,
+            perfect_score=perfect_score,
+            log_dir=log_dir,
+            track_stats=True,
+            track_best_outputs=track_best_outputs,
+            warn_on_score_mismatch=warn_on_score_mismatch,
+            seed=seed,
+            gepa_kwargs=gepa_kwargs,
+        )
+        self.candidate_selection_strategy = candidate_selection_strategy
+        self.display_progress_bar = display_progress_bar
+        self.pool = pool
+        self.callbacks = list(callbacks)
+        self.step_sinks = list(step_sinks)
+
+    # ------------------------------------------------------------------------------
+    def metric_call_budget(self, student: Module, trainset: list[Example], valset: list[Example]) -> int:
+        """The budget in metric calls, computed from auto/max_full_evals exactly as dspy.GEPA does."""
+        if self.auto is not None:
+            from dspy.teleprompt.gepa.gepa import AUTO_RUN_SETTINGS
+
+            return self.auto_budget(
+                num_preds=len(student.named_predictors()),
+                num_candidates=AUTO_RUN_SETTINGS[self.auto]["n"],
+                valset_size=len(valset),
+            )
+        if self.max_full_evals is not None:
+            return self.max_full_evals * (len(trainset) + len(valset))
+        return self.max_metric_calls
+
+    def default_num_threads(self) -> int:
+        return max(self.p * self.n * self.reflection_minibatch_size, dspy.settings.num_threads or 1)
+
+    def compile(
+        self,
+        student: Module,
+        *,
+        trainset: list[Example],
+        teacher: Module | None = None,
+        valset: list[Example] | None = None,
+    ) -> Module:
+        """Optimize ``student``; returns the best program with ``.detailed_results``."""
+        if teacher is not None:
+            raise ValueError("teacher is not supported by GEPA; pass teacher=None.")
+        checks.program(student)
+        trainset = checks.dataset("trainset", trainset)
+        if valset is None:
+            logger.warning("No valset given: using the trainset for validation (scores will be optimistic).")
+        valset = checks.dataset("valset", valset) if valset is not None else trainset
+        budget = self.metric_call_budget(student, trainset, valset)
+        checks.budget_covers_validation(budget, len(valset))
+
+        owns_pool = self.pool is None
+        pool = self.pool or ThreadWorkerPool(self.num_threads or self.default_num_threads())
+        started = time.perf_counter()
+        try:
+            result = self._optimize(student, trainset, valset, budget, pool)
+        finally:
+            if owns_pool:
+                pool.close()
+        program, gepa_result, adapter, recorder = result
+        base = DspyGEPAResult.from_gepa_result(gepa_result, adapter)
+        program.detailed_results = BatchedGEPAResult(
+            **{f.name: getattr(base, f.name) for f in fields(DspyGEPAResult)},
+            steps=tuple(recorder.steps),
+            budget=budget,
+            num_workers=pool.num_workers,
+            wall_s=time.perf_counter() - started,
+        )
+        return program
+
+    def _optimize(self, student, trainset, valset, budget, pool):
+        recorder = StepRecorder(self.p, self.n, budget, pool, log_dir=self.log_dir, sinks=self.step_sinks)
+        predictors = student.named_predictors()
+        adapter = BatchedAdapter(
+            student_module=student,
+            metric_fn=self.metric_fn,
+            feedback_map={name: feedback_function(self.metric_fn, name, pred) for name, pred in predictors},
+            failure_score=self.failure_score,
+            num_threads=pool.num_workers,
+            add_format_failure_as_feedback=self.add_format_failure_as_feedback,
+            rng=random.Random(self.seed),
+            reflection_lm=None,  # PooledReflection sets the reflection LM per call
+            custom_instruction_proposer=self.custom_instruction_proposer,
+            warn_on_score_mismatch=self.warn_on_score_mismatch,
+            reflection_minibatch_size=self.reflection_minibatch_size,
+            pool=pool,
+            on_evaluated=recorder.on_evaluated,
+        )
+        guard = BudgetGuard(budget, len(valset), self.reflection_minibatch_size, self.use_merge)
+
+        def on_sampled(tasks):
+            adapter.expect_parent_evaluations(unique_minibatches(tasks))
+            recorder.on_tasks_sampled(tasks)
+
+        # One RNG shared by parent selection and minibatch shuffling, as gepa.optimize does,
+        # so a 1×1 run draws the same parents and minibatches as dspy.GEPA.
+        rng = random.Random(self.seed)
+        candidate_selector = self.candidate_selection_strategy
+        if isinstance(candidate_selector, str):
+            candidate_selector = CANDIDATE_SELECTORS[candidate_selector](rng)
+
+        gepa_result = optimize(
+            seed_candidate={name: pred.signature.instructions for name, pred in predictors},
+            trainset=trainset,
+            valset=valset,
+            adapter=adapter,
+            candidate_selection_strategy=candidate_selector,
+            batch_sampler=SequentialMinibatchSampler(self.reflection_minibatch_size, rng),
+            sampling_strategy=DistinctParentsPxN(self.p, self.n, guard, on_sampled=on_sampled),
+            selection_strategy=BudgetCappedSelection(self.selection, guard, on_selected=recorder.on_selection),
+            reflection_strategy=PooledReflection(adapter, self.reflection_lm, pool, on_reflected=recorder.on_reflected),
+            stop_callbacks=[ExactBudgetStopper(guard)],
+            callbacks=[recorder, *self.callbacks],
+            skip_perfect_score=self.skip_perfect_score,
+            perfect_score=self.perfect_score,
+            module_selector=self.component_selector,
+            use_merge=self.use_merge,
+            max_merge_invocations=self.max_merge_invocations,
+            logger=LoggerAdapter(logger),
+            run_dir=self.log_dir,
+            track_best_outputs=self.track_best_outputs,
+            display_progress_bar=self.display_progress_bar,
+            raise_on_exception=True,
+            seed=self.seed,
+            **self.gepa_kwargs,
+        )
+        program = adapter.build_program(gepa_result.best_candidate)
+        return program, gepa_result, adapter, recorder
+
+
+def feedback_function(metric: Callable[..., Any], pred_name: str, predictor: Any) -> Callable[..., dict]:
+    """Per-predictor feedback in the shape DspyAdapter's reflective dataset expects.
+
+    dspy.GEPA builds the same closure inside ``compile``; it is not importable, so it
+    is restated here: call the metric with the predictor's name and sub-trace, and
+    fall back to a score-only message when the metric gives no feedback text.
+    """
+
+    def feedback(predictor_output, predictor_inputs, module_inputs, module_outputs, captured_trace) -> dict:
+        outcome = metric(module_inputs, module_outputs, captured_trace, pred_name, [(predictor, predictor_inputs, predictor_output)])
+        if hasattr(outcome, "feedback"):
+            if outcome["feedback"] is None:
+                outcome["feedback"] = f"This trajectory got a score of {outcome['score']}."
+            return outcome
+        return dict(score=outcome, feedback=f"This trajectory got a score of {outcome}.")
+
+    return feedback
