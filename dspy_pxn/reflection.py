@@ -85,7 +85,7 @@ class PooledReflection:
     def _propose_one(self, job_and_rollout: tuple[ReflectionJob, int | None]) -> ReflectionProposal:
         (candidate, reflective_dataset, components), rollout_id = job_and_rollout
         lm = self.reflection_lm or dspy.settings.lm
-        if rollout_id is not None:
+        if rollout_id is not None and lm is not None:
             lm = lm.copy(rollout_id=rollout_id)
         try:
             with dspy.context(lm=lm):

@@ -5,7 +5,8 @@ reflection can improve, yet that is free, fast, offline and reproducible. The
 task: apply a made-up named rule (``zorp(x) = 3*x + 1``) to a number. The
 simulated task model only knows a rule if its exact canonical definition is in
 the instruction; the simulated reflection model learns definitions from the
-metric's feedback, one per call, into an instruction of bounded capacity, and
+metric's feedback (every definition a minibatch's feedback names) into an
+instruction of bounded capacity, and
 sometimes copies them wrong. So optimisation makes real but noisy progress, and
 which rules to keep (the frequent ones) matters.
 
@@ -356,17 +357,18 @@ def _rewrite_instruction(current: str, feedback: str, digest: bytes, error_rate:
         else:
             base.append(line)
     present = {(n, e.strip()) for n, e in _DEF_RE.findall(current)}
-    new: tuple[str, str] | None = None
+    learned: list[tuple[str, str]] = []
     for name, expr in _FEEDBACK_DEF_RE.findall(feedback):
-        if (name, expr.strip()) not in present:
-            new = (name, expr.strip())
-            break
-    if new is None:
+        if (name, expr.strip()) not in present and name not in {n for n, _ in learned}:
+            learned.append((name, expr.strip()))
+    if not learned:
         return current.strip() or seed_instruction()
     if _unit(digest) < error_rate:
-        new = (new[0], _garble(new[1], digest))
+        # One garbled copy per garbled rewrite: the first definition learned is copied wrong.
+        learned[0] = (learned[0][0], _garble(learned[0][1], digest))
     # One definition per rule: a corrected one replaces an old (possibly garbled) copy.
-    defs = [d for d in defs if d[0] != new[0]] + [new]
+    names = {n for n, _ in learned}
+    defs = [d for d in defs if d[0] not in names] + learned
     while len(defs) > CAPACITY:
         defs.pop(0)  # oldest first
     head = "\n".join(base).strip() or seed_instruction()
@@ -383,6 +385,20 @@ def _answer_reflection(system: str, user: str, full: str, error_rate: float) -> 
     return _render(fields, {"new_instruction": new_instruction}, _json_mode(system))
 
 
+def _answer_compress(system: str, user: str) -> str:
+    """InstructionProposer(max_chars=...) asks to shorten an oversized draft: drop the oldest definitions first."""
+    sections = _sections(user)
+    instruction = sections.get("instruction", "")
+    m = re.search(r"(\d+)", sections.get("length_limit", ""))
+    limit = int(m.group(1)) if m else len(instruction)
+    lines = instruction.splitlines()
+    while len("\n".join(lines)) > limit and any(_DEF_LINE_RE.match(line) for line in lines):
+        lines.pop(next(i for i, line in enumerate(lines) if _DEF_LINE_RE.match(line)))
+    short = "\n".join(lines).strip()[:limit].strip() or seed_instruction()[:limit]
+    fields = _output_fields(system) or ["shortened_instruction"]
+    return _render(fields, {"shortened_instruction": short}, _json_mode(system))
+
+
 def respond(messages: Sequence[Mapping[str, Any]], *, reflection_error_rate: float | None = None) -> tuple[str, str]:
     """Deterministic reply to a DSPy-formatted chat prompt: ``(kind, content)``, kind "task" or "reflection".
 
@@ -394,6 +410,8 @@ def respond(messages: Sequence[Mapping[str, Any]], *, reflection_error_rate: flo
         system, user, full = _split_messages(messages)
         if "`new_instruction`" in system:
             return "reflection", _answer_reflection(system, user, full, rate)
+        if "`shortened_instruction`" in system:
+            return "reflection", _answer_compress(system, user)
         return "task", _answer_task(system, user)
     except Exception:  # noqa: BLE001 - see docstring
         return "task", "[[ ## reasoning ## ]]\nUnparseable prompt.\n\n[[ ## answer ## ]]\n0\n\n[[ ## completed ## ]]"
@@ -514,7 +532,18 @@ class _SimEngine:
                         total_tokens=prompt_tokens + completion_tokens),
         )
 
+    def _overridden_forward(self) -> bool:
+        return type(self.owner).forward is not SimulatedLM.forward
+
+    def _via_forward(self, request: Any) -> Any:
+        """Honour a subclass's forward() override (e.g. a test spy), as a legacy BaseLM would."""
+        from dspy.clients.lm15_boundary import response_value
+
+        return response_value(self.owner.forward(messages=_request_messages(request)), "chat", request)
+
     def complete(self, request: Any) -> Any:
+        if self._overridden_forward():
+            return self._via_forward(request)
         kind, content, messages = self._run(request)
         with self.owner.call_stats.track(kind):
             delay = self.owner.latency(kind)
@@ -536,6 +565,8 @@ class _AsyncSimEngine:
         self.sync = sync
 
     async def complete(self, request: Any) -> Any:
+        if self.sync._overridden_forward():
+            return await asyncio.to_thread(self.sync._via_forward, request)
         kind, content, messages = self.sync._run(request)
         with self.sync.owner.call_stats.track(kind):
             delay = self.sync.owner.latency(kind)

@@ -1,0 +1,106 @@
+"""Bad input is refused before any LM call, with the argument named and the fix given."""
+
+import dspy
+import pytest
+
+from dspy_pxn import BatchedGEPA
+from dspy_pxn import simulation as sim
+from tests.conftest import seed_program
+
+
+class CountingLM(sim.SimulatedLM):
+    """Fails the test if any error path reaches an LM call."""
+
+    def forward(self, *args, **kwargs):
+        raise AssertionError("an LM was called before the argument error")
+
+
+@pytest.fixture
+def reflection_lm():
+    return CountingLM()
+
+
+def make(reflection_lm, **kwargs):
+    kwargs.setdefault("max_metric_calls", 100)
+    return BatchedGEPA(metric=sim.metric, reflection_lm=reflection_lm, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"p": 0}, "p must be an int >= 1"),
+        ({"p": 2.5}, "p must be an int >= 1"),
+        ({"n": -1}, "n must be an int >= 1"),
+        ({"n": True}, "n must be an int >= 1"),
+        ({"num_threads": 0}, "num_threads must be an int >= 1"),
+        ({"reflection_minibatch_size": 0}, "reflection_minibatch_size must be an int >= 1"),
+        ({"max_metric_calls": None}, "Set exactly one budget"),
+        ({"auto": "light"}, "Set exactly one budget"),
+        ({"max_metric_calls": 0}, "max_metric_calls must be an int >= 1"),
+        ({"selection": "worst"}, "selection='worst' is not understood"),
+        ({"candidate_selection_strategy": "random"}, "candidate_selection_strategy='random' is unknown"),
+        ({"gepa_kwargs": {"sampling_strategy": object()}}, "gepa_kwargs may not set ['sampling_strategy']"),
+    ],
+)
+def test_bad_arguments_are_named(reflection_lm, kwargs, message):
+    with pytest.raises(ValueError) as error:
+        make(reflection_lm, **kwargs)
+    assert message in str(error.value)
+
+
+def test_metric_without_gepa_signature(reflection_lm):
+    def two_argument_metric(gold, pred):
+        return 1.0
+
+    with pytest.raises(TypeError, match=r"GEPA feedback signature .*pred_name=None"):
+        BatchedGEPA(metric=two_argument_metric, max_metric_calls=100, reflection_lm=reflection_lm)
+
+    def five_required(gold, pred, trace, pred_name, pred_trace):
+        return 1.0
+
+    with pytest.raises(TypeError, match="calling it with 3 arguments fails"):
+        BatchedGEPA(metric=five_required, max_metric_calls=100, reflection_lm=reflection_lm)
+
+
+def test_no_reflection_lm_and_no_default():
+    with dspy.context(lm=None):
+        with pytest.raises(ValueError, match=r"No reflection LM: pass reflection_lm=.* dspy.configure\(lm=...\)"):
+            BatchedGEPA(metric=sim.metric, max_metric_calls=100)
+
+
+def test_default_lm_is_used_as_reflection_lm():
+    lm = sim.SimulatedLM()
+    with dspy.context(lm=lm):
+        assert BatchedGEPA(metric=sim.metric, max_metric_calls=100).reflection_lm is lm
+
+
+@pytest.mark.parametrize(
+    ("compile_kwargs", "error", "message"),
+    [
+        ({"trainset": []}, ValueError, "trainset must be a non-empty list"),
+        ({"valset": []}, ValueError, "valset must be a non-empty list"),
+        ({"trainset": [{"question": "q"}]}, TypeError, r"trainset\[0\] must be a dspy.Example"),
+        ({"trainset": [dspy.Example(question="q", answer="1")]}, ValueError, r"trainset\[0\] has no input fields"),
+        ({"teacher": seed_program()}, ValueError, "teacher is not supported"),
+    ],
+)
+def test_bad_datasets(reflection_lm, splits, compile_kwargs, error, message):
+    kwargs = {"trainset": splits.train, "valset": splits.val, **compile_kwargs}
+    with pytest.raises(error, match=message):
+        make(reflection_lm).compile(seed_program(), **kwargs)
+
+
+def test_budget_smaller_than_one_validation(reflection_lm, splits):
+    with pytest.raises(ValueError, match=r"smaller than one full validation \(\|valset\| = 12\)"):
+        make(reflection_lm, max_metric_calls=11).compile(seed_program(), trainset=splits.train, valset=splits.val)
+
+
+def test_program_without_predictors(reflection_lm, splits):
+    class NoPredictors(dspy.Module):
+        def forward(self, question):
+            return dspy.Prediction(answer="1")
+
+    with pytest.raises(ValueError, match="student has no predictors to optimize"):
+        make(reflection_lm).compile(NoPredictors(), trainset=splits.train, valset=splits.val)
+    with pytest.raises(TypeError, match="student must be a dspy.Module"):
+        make(reflection_lm).compile(lambda question: question, trainset=splits.train, valset=splits.val)

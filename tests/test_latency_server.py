@@ -1,0 +1,225 @@
+"""End-to-end tests of the latency server through the real dspy.LM -> litellm -> openai SDK -> HTTP path."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import os
+import re
+import sys
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import dspy
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # no conftest/pyproject owns sys.path yet
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network: skip litellm's cost-map download
+
+from dspy_pxn import simulation as sim  # noqa: E402
+from dspy_pxn.latency_server import LatencyServer  # noqa: E402
+
+ZORP = sim.RULES_BY_NAME["zorp"]
+
+
+@pytest.fixture(scope="module")
+def server():
+    with LatencyServer() as srv:
+        yield srv
+
+
+def post(srv: LatencyServer, path: str, payload: dict | bytes) -> tuple[int, dict | str, dict]:
+    conn = http.client.HTTPConnection("127.0.0.1", int(srv.base_url.split(":")[2].split("/")[0]), timeout=10)
+    body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    raw = resp.read().decode()
+    headers = dict(resp.getheaders())
+    conn.close()
+    try:
+        return resp.status, json.loads(raw), headers
+    except ValueError:
+        return resp.status, raw, headers
+
+
+def cot_with(instruction: str) -> dspy.Module:
+    cot = dspy.ChainOfThought("question -> answer")
+    cot.predict.signature = cot.predict.signature.with_instructions(instruction)
+    return cot
+
+
+# --------------------------------------------------------------------------- #
+# HTTP surface
+# --------------------------------------------------------------------------- #
+
+
+def test_ready_line_and_endpoints(server):
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+/v1", server.base_url)
+    with urllib.request.urlopen(server.root_url + "/health", timeout=5) as r:
+        assert json.loads(r.read()) == {"status": "ok"}
+    with urllib.request.urlopen(server.base_url + "/models", timeout=5) as r:
+        assert {m["id"] for m in json.loads(r.read())["data"]} >= {"sim-task"}
+    stats = server.stats()
+    assert set(stats) >= {"calls", "in_flight", "max_in_flight"}
+    assert set(stats["max_in_flight"]) == {"task", "reflection", "total"}
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(server.root_url + "/nope", timeout=5)
+    assert err.value.code == 404
+
+
+def test_chat_completion_shape_and_keep_alive(server):
+    messages = [{"role": "user", "content": "[[ ## question ## ]]\nApply rule zorp to 3."}]
+    port = int(server.base_url.rsplit(":", 1)[1].split("/")[0])
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    bodies = []
+    for _ in range(3):  # three requests over one persistent connection
+        conn.request("POST", "/v1/chat/completions", body=json.dumps({"model": "sim-task", "messages": messages}),
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        raw = resp.read()
+        assert resp.status == 200 and int(resp.getheader("Content-Length")) == len(raw)
+        assert not resp.will_close
+        bodies.append(json.loads(raw))
+    conn.close()
+    body = bodies[0]
+    assert body["object"] == "chat.completion" and body["model"] == "sim-task" and body["id"]
+    assert isinstance(body["created"], int)
+    choice = body["choices"][0]
+    assert choice["finish_reason"] == "stop" and choice["message"]["role"] == "assistant"
+    assert "[[ ## answer ## ]]\n3" in choice["message"]["content"]  # unknown rule definition: guesses x
+    usage = body["usage"]
+    assert usage["completion_tokens"] == len(choice["message"]["content"]) // 4
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    assert len({b["choices"][0]["message"]["content"] for b in bodies}) == 1
+
+
+def test_bad_request_is_400(server):
+    status, body, _ = post(server, "/v1/chat/completions", b"{not json")
+    assert status == 400 and "error" in body
+    status, body, _ = post(server, "/v1/chat/completions", {"model": "x"})
+    assert status == 400
+
+
+def test_streaming_sse(server):
+    messages = [{"role": "user", "content": "[[ ## question ## ]]\nApply rule zorp to 3."}]
+    status, raw, headers = post(server, "/v1/chat/completions",
+                                {"model": "sim-task", "messages": messages, "stream": True,
+                                 "stream_options": {"include_usage": True}})
+    assert status == 200 and headers["Content-Type"] == "text/event-stream"
+    events = [line[6:] for line in raw.split("\n") if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]).startswith("[[ ##")
+    assert chunks[-1]["usage"]["total_tokens"] > 0
+
+    import litellm  # the SSE rendering must be readable by litellm's own stream parser
+
+    stream = litellm.completion(model="openai/sim-task", api_base=server.base_url, api_key="sim",
+                                messages=messages, stream=True)
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream)
+    assert "[[ ## answer ## ]]\n3" in text
+
+
+# --------------------------------------------------------------------------- #
+# Through dspy.LM + litellm
+# --------------------------------------------------------------------------- #
+
+
+def test_chain_of_thought_via_litellm_flips_with_definition(server):
+    server.reset_stats()
+    lm = server.lm()
+    assert lm.model == "openai/sim-task" and lm.engine == "litellm"
+    with dspy.context(lm=lm):
+        assert cot_with(sim.seed_instruction())(question="Apply rule zorp to 17.").answer == "17"
+        assert cot_with(sim.seed_instruction() + "\n" + ZORP.definition)(question="Apply rule zorp to 17.").answer == "52"
+    stats = server.stats()
+    assert stats["calls"]["task"] == 2 and stats["calls"]["reflection"] == 0
+    # The openai SDK (litellm's transport) made the calls, not dspy's native lm15 client.
+    assert all(client.startswith("openai-python/") for client in stats["clients"])
+    assert type(lm.history[-1]["response"]).__module__.startswith("litellm")
+
+
+def test_reflection_via_instruction_proposer(server):
+    from dspy.teleprompt.gepa.instruction_proposal import InstructionProposer
+
+    server.reset_stats()
+    reflection_lm = server.lm("reflection")
+    dataset = [{"Inputs": {"question": "Apply rule zorp to 17."},
+                "Generated Outputs": {"reasoning": "unknown rule", "answer": "17"},
+                "Feedback": "Wrong: expected 52. Rule definition: zorp(x) = 3*x + 1."}]
+    with dspy.context(lm=reflection_lm):
+        out = InstructionProposer()({"predict": sim.seed_instruction()}, {"predict": dataset}, ["predict"])
+    new = out["predict"]
+    assert new.startswith(sim.seed_instruction())
+    assert re.search(r"^zorp\(x\) = 3\*x \+ \d+$", new, re.MULTILINE)  # harvested (possibly garbled)
+    # The server ran exactly the local logic on the prompt it received.
+    (sent,) = [h["messages"] for h in reflection_lm.history]
+    kind, content = sim.respond(sent)
+    assert kind == "reflection" and json.loads(content)["new_instruction"] == new
+    assert server.stats()["calls"] == {"task": 0, "reflection": 1, "total": 1}
+
+
+def test_concurrent_calls_overlap():
+    latency, n = 0.3, 16
+    with LatencyServer(task_latency=latency) as srv:
+        lm = srv.lm()
+        cot = cot_with(sim.seed_instruction())
+
+        def call(i: int) -> str:
+            with dspy.context(lm=lm):
+                return cot(question=f"Apply rule zorp to {i}.").answer
+
+        call(0)  # warm-up: litellm import and client construction are not part of the measurement
+        srv.reset_stats()
+        start = time.perf_counter()
+        with ThreadPoolExecutor(n) as pool:
+            answers = list(pool.map(call, range(1, n + 1)))
+        elapsed = time.perf_counter() - start
+        stats = srv.stats()
+    assert answers == [str(i) for i in range(1, n + 1)]
+    assert stats["calls"]["task"] == n and stats["in_flight"]["total"] == 0
+    assert elapsed < n * latency / 3, elapsed
+    assert stats["max_in_flight"]["task"] >= 8, stats
+    assert stats["max_in_flight"]["total"] >= stats["max_in_flight"]["task"]
+
+
+def test_gepa_smoke_makes_progress(server):
+    logging.getLogger("dspy").setLevel(logging.ERROR)
+    server.reset_stats()
+    train, val = sim.make_examples(20, seed=11), sim.make_examples(10, seed=12)
+    student = cot_with(sim.seed_instruction())
+    gepa = dspy.GEPA(metric=sim.metric, max_metric_calls=80, reflection_lm=server.lm("reflection"), num_threads=8,
+                     use_merge=False, reflection_minibatch_size=3, track_stats=True)
+    with dspy.context(lm=server.lm()):
+        optimized = gepa.compile(student, trainset=train, valset=val)
+    results = optimized.detailed_results
+    seed_score, best_score = results.val_aggregate_scores[0], results.val_aggregate_scores[results.best_idx]
+    assert best_score > seed_score, results.val_aggregate_scores
+    assert "(x) = " in optimized.predict.signature.instructions
+    stats = server.stats()
+    assert stats["calls"]["reflection"] >= 1 and stats["calls"]["task"] >= 10
+
+
+# --------------------------------------------------------------------------- #
+# Lifecycle
+# --------------------------------------------------------------------------- #
+
+
+def test_startup_failure_reports_stderr():
+    with pytest.raises(RuntimeError, match=r"(?s)exited.*stderr.*Error"):
+        LatencyServer(port=-5, startup_timeout=20).start()
+
+
+def test_close_terminates_process():
+    srv = LatencyServer().start()
+    url = srv.root_url
+    proc = srv._proc
+    srv.close()
+    assert proc is not None and proc.poll() is not None
+    with pytest.raises(OSError):
+        urllib.request.urlopen(url + "/health", timeout=2)
+    srv.close()  # idempotent

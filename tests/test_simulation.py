@@ -1,0 +1,413 @@
+"""Unit tests for the rule-arithmetic task and the pure `respond` logic (no HTTP)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import threading
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import dspy
+import pytest
+from dspy.adapters import ChatAdapter, JSONAdapter
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # no conftest/pyproject owns sys.path yet
+
+from dspy_pxn import simulation as sim  # noqa: E402
+from dspy_pxn.simulation import CAPACITY, RULES, RULES_BY_NAME, SimulatedLM, respond  # noqa: E402
+
+ZORP = RULES_BY_NAME["zorp"]
+BLICK = RULES_BY_NAME["blick"]
+
+
+# --------------------------------------------------------------------------- #
+# Real DSPy prompts
+# --------------------------------------------------------------------------- #
+
+
+def task_messages(question: str, instruction: str | None = None, signature: str = "question -> answer",
+                  adapter=None) -> tuple[list[dict], dspy.Signature]:
+    sig = dspy.ChainOfThought(signature).predict.signature
+    sig = sig.with_instructions(instruction if instruction is not None else sim.seed_instruction())
+    return (adapter or ChatAdapter()).format(sig, [], {"question": question}), sig
+
+
+def feedback_item(question: str, answer: str, feedback: str) -> dict:
+    return {"Inputs": {"question": question}, "Generated Outputs": {"reasoning": "r", "answer": answer},
+            "Feedback": feedback}
+
+
+def reflection_messages(current: str, items: list[dict]) -> list[dict]:
+    from dspy.teleprompt.gepa.instruction_proposal import InstructionProposer
+
+    sig = InstructionProposer().propose.signature
+    return JSONAdapter().format(sig, [], {"current_instruction": current, "examples_with_feedback": items})
+
+
+def wrong_fb(rule: sim.Rule, x: int) -> dict:
+    return feedback_item(f"Apply rule {rule.name} to {x}.", str(x),
+                         f"Wrong: expected {rule.apply(x)}. Rule definition: {rule.definition}.")
+
+
+def new_instruction(messages: list[dict], **kw) -> str:
+    kind, content = respond(messages, **kw)
+    assert kind == "reflection"
+    return json.loads(content)["new_instruction"]
+
+
+def definitions(instruction: str) -> list[str]:
+    return [line for line in instruction.splitlines() if re.fullmatch(r"[a-z]+\(x\) = [0-9x*+\- ]+", line)]
+
+
+# --------------------------------------------------------------------------- #
+# Task data and metric
+# --------------------------------------------------------------------------- #
+
+
+def test_rule_table_shape():
+    assert len(RULES) == 12
+    assert len({r.name for r in RULES}) == 12
+    weights = [r.weight for r in RULES]
+    assert weights == sorted(weights, reverse=True) and weights[0] > 3 * weights[-1]
+    assert ZORP.definition == "zorp(x) = 3*x + 1" and ZORP.apply(17) == 52
+    # Rules are pairwise different functions on the task's domain.
+    for a in RULES:
+        for b in RULES:
+            if a is not b:
+                assert any(a.apply(x) != b.apply(x) for x in range(1, 51))
+
+
+def test_make_examples_deterministic_and_consistent():
+    a, b, c = sim.make_examples(40, seed=7), sim.make_examples(40, seed=7), sim.make_examples(40, seed=8)
+    assert [e.toDict() for e in a] == [e.toDict() for e in b]
+    assert [e.toDict() for e in a] != [e.toDict() for e in c]
+    for ex in a:
+        m = re.fullmatch(r"Apply rule (\w+) to (\d+)\.", ex.question)
+        assert m and m.group(1) == ex.rule and 1 <= int(m.group(2)) <= 50
+        assert ex.answer == str(RULES_BY_NAME[ex.rule].apply(int(m.group(2))))
+        assert set(ex.inputs().keys()) == {"question"}
+
+
+def test_make_examples_follow_zipf_weights():
+    counts: dict[str, int] = {}
+    for ex in sim.make_examples(3000, seed=1):
+        counts[ex.rule] = counts.get(ex.rule, 0) + 1
+    assert counts["zorp"] > counts["blick"] > counts["quax"] > counts.get("wemb", 0)
+
+
+def test_make_splits():
+    splits = sim.make_splits(seed=0, train=6, val=4, test=5)
+    train, val, test = splits
+    assert (len(train), len(val), len(test)) == (6, 4, 5)
+    assert splits.train is train
+    assert [e.toDict() for e in train] != [e.toDict() for e in sim.make_splits(seed=1, train=6).train]
+
+
+def test_metric_feedback():
+    gold = dspy.Example(question="Apply rule zorp to 17.", answer="52", rule="zorp").with_inputs("question")
+    right = sim.metric(gold, dspy.Prediction(answer="52"))
+    assert right.score == 1.0 and right.feedback == "Correct."
+    assert sim.metric(gold, dspy.Prediction(answer=" 52 ")).score == 1.0
+    wrong = sim.metric(gold, dspy.Prediction(answer="17"), None, "predict", None)
+    assert wrong.score == 0.0
+    assert wrong.feedback == "Wrong: expected 52. Rule definition: zorp(x) = 3*x + 1."
+    assert sim.metric(gold, dspy.Prediction(answer="fifty-two")).score == 0.0
+    assert sim.metric(gold, None).score == 0.0
+
+
+def test_seed_instruction_has_no_definitions():
+    assert "(x) =" not in sim.seed_instruction()
+
+
+# --------------------------------------------------------------------------- #
+# Task responses
+# --------------------------------------------------------------------------- #
+
+
+def test_task_correct_iff_definition_in_instruction():
+    q = "Apply rule zorp to 17."
+    messages, sig = task_messages(q)
+    kind, content = respond(messages)
+    assert kind == "task"
+    parsed = ChatAdapter().parse(sig, content)
+    assert set(parsed) == {"reasoning", "answer"} and parsed["answer"] != "52"
+
+    messages, sig = task_messages(q, sim.seed_instruction() + "\n" + ZORP.definition)
+    assert ChatAdapter().parse(sig, respond(messages)[1])["answer"] == "52"
+
+    # Another rule's definition does not help.
+    messages, sig = task_messages(q, sim.seed_instruction() + "\n" + BLICK.definition)
+    assert ChatAdapter().parse(sig, respond(messages)[1])["answer"] != "52"
+
+
+@pytest.mark.parametrize("garbled", ["zorp(x) = 3*x + 4", "zorp(x) = 3*x + 13", "zorp(x) = 3*x"])
+def test_garbled_definition_gives_wrong_answer(garbled):
+    messages, sig = task_messages("Apply rule zorp to 17.", sim.seed_instruction() + "\n" + garbled)
+    assert ChatAdapter().parse(sig, respond(messages)[1])["answer"] != "52"
+
+
+def test_every_rule_and_x_is_wrong_without_and_right_with_definition():
+    for rule in RULES:
+        for x in (1, 2, 3, 50):
+            q = f"Apply rule {rule.name} to {x}."
+            _, with_def = respond(task_messages(q, "Do it.\n" + rule.definition)[0])
+            _, without = respond(task_messages(q, "Do it.")[0])
+            assert f"[[ ## answer ## ]]\n{rule.apply(x)}\n" in with_def
+            assert f"[[ ## answer ## ]]\n{rule.apply(x)}\n" not in without
+
+
+def test_task_fills_declared_output_fields():
+    messages, sig = task_messages("Apply rule zorp to 2.", ZORP.definition, "question -> answer, confidence")
+    parsed = ChatAdapter().parse(sig, respond(messages)[1])
+    assert set(parsed) == {"reasoning", "answer", "confidence"} and parsed["answer"] == "7"
+    assert parsed["confidence"]
+
+    sig = dspy.Predict("question -> answer").signature.with_instructions(ZORP.definition)
+    content = respond(ChatAdapter().format(sig, [], {"question": "Apply rule zorp to 2."}))[1]
+    assert "reasoning" not in content and ChatAdapter().parse(sig, content) == {"answer": "7"}
+
+
+def test_task_in_json_adapter_format():
+    messages, sig = task_messages("Apply rule zorp to 2.", ZORP.definition, adapter=JSONAdapter())
+    kind, content = respond(messages)
+    assert kind == "task" and JSONAdapter().parse(sig, content)["answer"] == "7"
+
+
+def test_unparseable_prompts_never_raise():
+    for messages in ([], [{"role": "user", "content": "hi"}], [{"role": "system"}],
+                     [{"role": "user", "content": [{"type": "text", "text": "Apply rule zorp to 3."}]}],
+                     [{"content": 5}], [{"role": "user", "content": "Apply rule nope to 3."}]):
+        kind, content = respond(messages)
+        assert kind == "task" and "[[ ## answer ## ]]" in content
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "assistant", "x"]),
+                                       "content": st.one_of(st.text(), st.none(), st.integers())}), max_size=4),
+       st.floats(0, 1))
+def test_respond_total_on_arbitrary_input(messages, rate):
+    kind, content = respond(messages, reflection_error_rate=rate)
+    assert kind in ("task", "reflection") and isinstance(content, str) and content
+
+
+# --------------------------------------------------------------------------- #
+# Reflection responses
+# --------------------------------------------------------------------------- #
+
+
+def test_reflection_adds_every_new_definition_once_and_keeps_text():
+    current = "Apply the named rule.\nBe precise."
+    messages = reflection_messages(current, [wrong_fb(ZORP, 17), wrong_fb(BLICK, 3), wrong_fb(ZORP, 4)])
+    kind, content = respond(messages, reflection_error_rate=0.0)
+    assert kind == "reflection"
+    new = json.loads(content)["new_instruction"]
+    assert new.startswith(current)
+    assert definitions(new) == [ZORP.definition, BLICK.definition]
+
+    # Definitions already present are not added again.
+    new2 = new_instruction(reflection_messages(new, [wrong_fb(ZORP, 5), wrong_fb(BLICK, 3)]), reflection_error_rate=0)
+    assert new2 == new
+
+
+def test_reflection_parses_through_json_adapter():
+    from dspy.teleprompt.gepa.instruction_proposal import InstructionProposer
+
+    sig = InstructionProposer().propose.signature
+    content = respond(reflection_messages("Go.", [wrong_fb(ZORP, 1)]), reflection_error_rate=0.0)[1]
+    assert JSONAdapter().parse(sig, content) == {"new_instruction": "Go.\n" + ZORP.definition}
+
+
+def test_reflection_respects_capacity_dropping_oldest():
+    instruction = "Base text."
+    for rule in RULES[:CAPACITY]:
+        instruction = new_instruction(reflection_messages(instruction, [wrong_fb(rule, 3)]), reflection_error_rate=0)
+    assert definitions(instruction) == [r.definition for r in RULES[:CAPACITY]]
+    full = new_instruction(reflection_messages(instruction, [wrong_fb(RULES[CAPACITY], 3)]), reflection_error_rate=0)
+    assert definitions(full) == [r.definition for r in RULES[1 : CAPACITY + 1]]
+    assert full.startswith("Base text.")
+
+
+def test_reflection_without_new_definition_keeps_instruction():
+    current = "Go.\n" + ZORP.definition
+    assert new_instruction(reflection_messages(current, [wrong_fb(ZORP, 4)])) == current
+    no_feedback = [feedback_item("Apply rule zorp to 4.", "13", "Correct.")]
+    assert new_instruction(reflection_messages("Go.", no_feedback)) == "Go."
+
+
+def test_reflection_corrects_garbled_definition_in_place():
+    current = "Go.\nzorp(x) = 3*x + 4\n" + BLICK.definition
+    new = new_instruction(reflection_messages(current, [wrong_fb(ZORP, 4)]), reflection_error_rate=0)
+    assert definitions(new) == [BLICK.definition, ZORP.definition]
+
+
+def test_compress_request_drops_oldest_definitions():
+    from dspy.teleprompt.gepa.instruction_proposal import InstructionProposer
+
+    instruction = "Go.\n" + "\n".join(r.definition for r in RULES[:CAPACITY])
+    limit = len(instruction) - 5
+    proposer = InstructionProposer(max_chars=limit)
+    with dspy.context(lm=SimulatedLM(reflection_error_rate=0.0)):
+        out = proposer({"p": instruction}, {"p": [wrong_fb(RULES[CAPACITY], 2)]}, ["p"])["p"]
+    assert len(out) <= limit and out.startswith("Go.")
+    assert definitions(out) == [r.definition for r in RULES[2 : CAPACITY + 1]]
+
+
+def test_reflection_is_deterministic():
+    messages = reflection_messages("Go.", [wrong_fb(ZORP, 9), wrong_fb(BLICK, 2)])
+    outs = {respond(messages)[1] for _ in range(5)}
+    assert len(outs) == 1
+
+
+def test_garble_rate_roughly_honoured():
+    def garbled(rate: float, n: int = 400) -> float:
+        bad = 0
+        for i in range(n):
+            rule = RULES[i % len(RULES)]
+            new = new_instruction(reflection_messages("Go.", [wrong_fb(rule, 1 + i % 50)]), reflection_error_rate=rate)
+            (added,) = definitions(new)
+            assert added.startswith(f"{rule.name}(x) = ")
+            bad += added != rule.definition
+        return bad / n
+
+    assert 0.3 <= garbled(sim.DEFAULT_REFLECTION_ERROR_RATE) <= 0.5
+    assert garbled(0.0, 50) == 0.0 and garbled(1.0, 50) == 1.0
+
+
+def test_module_default_error_rate_is_overridable(monkeypatch):
+    messages = reflection_messages("Go.", [wrong_fb(ZORP, 9)])
+    monkeypatch.setattr(sim, "DEFAULT_REFLECTION_ERROR_RATE", 1.0)
+    assert definitions(new_instruction(messages)) != [ZORP.definition]
+    monkeypatch.setattr(sim, "DEFAULT_REFLECTION_ERROR_RATE", 0.0)
+    assert definitions(new_instruction(messages)) == [ZORP.definition]
+
+
+def test_garbled_reflection_makes_task_wrong():
+    for i in range(60):
+        new = new_instruction(reflection_messages("Go.", [wrong_fb(ZORP, i + 1)]))
+        if definitions(new) != [ZORP.definition]:
+            break
+    else:
+        pytest.fail("no garbled rewrite in 60 prompts")
+    messages, sig = task_messages("Apply rule zorp to 17.", new)
+    assert ChatAdapter().parse(sig, respond(messages)[1])["answer"] != "52"
+
+
+# --------------------------------------------------------------------------- #
+# SimulatedLM (in-process)
+# --------------------------------------------------------------------------- #
+
+
+def test_simulated_lm_runs_chain_of_thought_without_deprecation():
+    lm = SimulatedLM()
+    cot = dspy.ChainOfThought("question -> answer")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        with dspy.context(lm=lm):
+            assert cot(question="Apply rule zorp to 17.").answer != "52"
+            cot.predict.signature = cot.predict.signature.with_instructions("Go.\n" + ZORP.definition)
+            assert cot(question="Apply rule zorp to 17.").answer == "52"
+            cot(question="Apply rule zorp to 17.")  # uncached: still counted
+    stats = lm.stats()
+    assert stats["calls"]["task"] == 3 and stats["calls"]["reflection"] == 0
+    lm.reset_stats()
+    assert lm.stats()["calls"]["total"] == 0
+
+
+def test_simulated_lm_configure_and_reflection_proposer():
+    from dspy.teleprompt.gepa.instruction_proposal import InstructionProposer
+
+    lm = SimulatedLM(reflection_error_rate=0.0)
+    with dspy.context(lm=lm):
+        out = InstructionProposer()({"predict": "Go."}, {"predict": [wrong_fb(ZORP, 3)]}, ["predict"])
+    assert out == {"predict": "Go.\n" + ZORP.definition}
+    assert lm.stats()["calls"]["reflection"] == 1
+
+    dspy.settings.configure(lm=SimulatedLM())
+    try:
+        assert dspy.ChainOfThought("question -> answer")(question="Apply rule zorp to 1.").answer == "1"
+    finally:
+        dspy.settings.configure(lm=None)
+
+
+def test_simulated_lm_latency_and_max_in_flight():
+    lm = SimulatedLM(task_latency=0.2)
+    cot = dspy.ChainOfThought("question -> answer")
+
+    def call(i: int) -> str:
+        with dspy.context(lm=lm):
+            return cot(question=f"Apply rule zorp to {i}.").answer
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(call, range(1, 9)))
+    elapsed = time.perf_counter() - start
+    assert answers == [str(i) for i in range(1, 9)]
+    stats = lm.stats()
+    assert stats["calls"]["task"] == 8 and stats["in_flight"]["total"] == 0
+    assert stats["max_in_flight"]["task"] >= 4 and elapsed < 8 * 0.2 * 0.75
+
+
+@pytest.mark.filterwarnings("ignore:Passing OpenAI-style message:DeprecationWarning")
+def test_simulated_lm_copies_share_stats_and_async_works():
+    import asyncio
+
+    lm = SimulatedLM()
+    copy = lm.copy(temperature=0.5)
+    assert copy.call_stats is lm.call_stats and copy._engine_spec.owner is copy
+    messages, _ = task_messages("Apply rule zorp to 2.", ZORP.definition)
+    assert "[[ ## answer ## ]]\n7" in copy(messages=messages)[0]
+    assert "[[ ## answer ## ]]\n7" in asyncio.run(lm.acall(messages=messages))[0]
+    assert lm.stats()["calls"]["task"] == 2
+    raw = lm.forward(messages=messages)
+    assert raw["choices"][0]["message"]["content"].startswith("[[ ## reasoning ## ]]")
+    assert raw["usage"]["total_tokens"] == raw["usage"]["prompt_tokens"] + raw["usage"]["completion_tokens"]
+
+
+def test_subclass_forward_override_is_honoured():
+    class Spy(SimulatedLM):
+        seen: list = []
+
+        def forward(self, prompt=None, messages=None, **kwargs):
+            self.seen.append(messages)
+            return super().forward(prompt=prompt, messages=messages, **kwargs)
+
+    class Refuse(SimulatedLM):
+        def forward(self, *args, **kwargs):
+            raise AssertionError("called")
+
+    spy = Spy()
+    with dspy.context(lm=spy):
+        assert cot_answer("Apply rule zorp to 4.", ZORP.definition) == "13"
+    assert len(Spy.seen) == 1 and spy.stats()["calls"]["task"] == 1
+    with dspy.context(lm=Refuse()), pytest.raises(Exception, match="called"):
+        cot_answer("Apply rule zorp to 4.", ZORP.definition)
+
+
+def cot_answer(question: str, instruction: str) -> str:
+    cot = dspy.ChainOfThought("question -> answer")
+    cot.predict.signature = cot.predict.signature.with_instructions(instruction)
+    return cot(question=question).answer
+
+
+def test_call_stats_counts_concurrency():
+    stats = sim.CallStats()
+    barrier = threading.Barrier(5)
+
+    def work():
+        with stats.track("reflection"):
+            barrier.wait(timeout=5)
+
+    threads = [threading.Thread(target=work) for _ in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    snap = stats.snapshot()
+    assert snap["calls"]["reflection"] == 5 and snap["max_in_flight"]["reflection"] == 5
+    assert snap["max_in_flight"]["total"] == 5 and snap["in_flight"]["total"] == 0

@@ -1,0 +1,179 @@
+"""The strategies, pool and reflection fan-out, one behaviour at a time."""
+
+import random
+import threading
+import time
+from types import SimpleNamespace
+
+import dspy
+import pytest
+from gepa.core.data_loader import ensure_loader
+from gepa.proposer.base import CandidateProposal
+from gepa.strategies.batch_sampler import EpochShuffledBatchSampler
+from gepa.strategies.proposal_selection import AllImprovements
+
+from dspy_pxn import simulation as sim
+from dspy_pxn.adapter import BatchedAdapter
+from dspy_pxn.pool import ThreadWorkerPool
+from dspy_pxn.reflection import PooledReflection, mutation_rollout_ids
+from dspy_pxn.strategies import BudgetCappedSelection, BudgetGuard, DistinctParentsPxN, SequentialMinibatchSampler
+from tests.conftest import seed_program
+
+
+def test_sequential_sampler_matches_gepa_with_one_call_per_iteration():
+    loader = ensure_loader(list(range(17)))
+    ours, theirs = SequentialMinibatchSampler(3, random.Random(5)), EpochShuffledBatchSampler(3, random.Random(5))
+    for i in range(40):
+        state = SimpleNamespace(i=i)
+        assert ours.next_minibatch_ids(loader, state) == theirs.next_minibatch_ids(loader, state)
+
+
+def test_sequential_sampler_does_not_reuse_minibatches_across_wide_steps():
+    loader = ensure_loader(list(range(48)))
+    ours, theirs = SequentialMinibatchSampler(3, random.Random(0)), EpochShuffledBatchSampler(3, random.Random(0))
+    ours_seen, theirs_seen = [], []
+    for i in range(2):  # two steps of 8 tasks = 48 examples = one epoch
+        state = SimpleNamespace(i=i)
+        ours_seen += [tuple(ours.next_minibatch_ids(loader, state)) for _ in range(8)]
+        theirs_seen += [tuple(theirs.next_minibatch_ids(loader, state)) for _ in range(8)]
+    assert len(set(ours_seen)) == 16
+    assert sorted(x for batch in ours_seen for x in batch) == list(range(48))
+    assert len(set(theirs_seen)) < 16  # gepa's sampler repeats 7 of step 1's minibatches in step 2
+
+
+class FrontState:
+    """Just enough GEPAState for parent selection: programs 0..k, with a given front."""
+
+    def __init__(self, scores, front):
+        self.per_program_tracked_scores = scores
+        self.program_candidates = [{"p": str(i)} for i in range(len(scores))]
+        self._front = front
+        self.total_num_evals = 0
+
+    def get_pareto_front_mapping(self):
+        return self._front
+
+
+class AlwaysSelects:
+    def __init__(self, idx):
+        self.idx, self.calls = idx, 0
+
+    def select_candidate_idx(self, state):
+        self.calls += 1
+        return self.idx
+
+
+def test_parents_are_topped_up_from_the_front_when_the_selector_repeats():
+    state = FrontState([0.1, 0.9, 0.5, 0.7], {"a": {1}, "b": {3}, "c": {2}})
+    sampler = DistinctParentsPxN(p=3, n=1, guard=BudgetGuard(10_000, 10, 3))
+    assert sampler.choose_parents(state, AlwaysSelects(2), 3) == [2, 1, 3]
+
+
+def test_parents_repeat_only_when_the_front_is_smaller_than_p():
+    state = FrontState([0.1, 0.9], {"a": {1}})
+    sampler = DistinctParentsPxN(p=4, n=1, guard=BudgetGuard(10_000, 10, 3))
+    assert sampler.choose_parents(state, AlwaysSelects(1), 4) == [1, 1, 1, 1]
+
+
+def test_a_single_parent_costs_exactly_one_selector_draw():
+    selector = AlwaysSelects(0)
+    DistinctParentsPxN(p=1, n=1, guard=BudgetGuard(1000, 10, 3)).choose_parents(FrontState([0.0], {"a": {0}}), selector, 1)
+    assert selector.calls == 1
+
+
+def test_budget_guard_sizes_steps():
+    guard = BudgetGuard(max_metric_calls=100, valset_size=20, minibatch_size=3)
+    state = SimpleNamespace(total_num_evals=50)
+    assert guard.max_proposals(state) == 5  # 5·(3+3) + 20 = 50
+    assert guard.max_validations(state) == 2
+    assert guard.smallest_step() == 26
+    assert BudgetGuard(100, 20, 1, use_merge=True).smallest_step() == 25  # merge: 5 + 20
+
+
+def proposal(before, after):
+    return CandidateProposal(
+        candidate={"x": str(after)}, parent_program_ids=[0], subsample_scores_before=before, subsample_scores_after=after
+    )
+
+
+def test_selection_validates_only_what_the_budget_pays_for_best_first():
+    proposals = [proposal([0, 0, 0], [1, 0, 0]), proposal([0, 0, 0], [1, 1, 1]), proposal([0, 0, 0], [1, 1, 0])]
+    guard = BudgetGuard(max_metric_calls=100, valset_size=20, minibatch_size=3)
+    accept = SimpleNamespace(should_accept=lambda p, s: True)
+    selected = BudgetCappedSelection(AllImprovements(), guard).select(proposals, SimpleNamespace(total_num_evals=55), accept)
+    assert selected == [proposals[1], proposals[2]]  # room for 2 validations; order kept
+    assert BudgetCappedSelection(AllImprovements(), guard).select(proposals, SimpleNamespace(total_num_evals=0), accept) == proposals
+
+
+def test_repeated_parents_get_distinct_rollout_ids():
+    a, b = {"x": "a"}, {"x": "b"}
+    jobs = [(a, {}, ["x"]), (a, {}, ["x"]), (b, {}, ["x"]), (dict(a), {}, ["x"])]
+    assert mutation_rollout_ids(jobs) == [None, 1, None, 2]
+
+
+def test_pool_keeps_order_runs_concurrently_and_runs_nested_maps_inline():
+    with ThreadWorkerPool(4) as pool:
+        start = time.perf_counter()
+        assert pool.map(lambda x: (time.sleep(0.2), x * x)[1], range(8)) == [x * x for x in range(8)]
+        assert time.perf_counter() - start < 0.2 * 8 / 2
+        assert pool.peak_in_flight == 4
+        assert pool.map(lambda x: pool.map(lambda y: y + x, [1, 2]), [10, 20]) == [[11, 12], [21, 22]]
+
+
+def test_pool_tasks_see_the_submitters_dspy_context():
+    lm = sim.SimulatedLM()
+    with ThreadWorkerPool(2) as pool, dspy.context(lm=lm):
+        assert pool.map(lambda _: dspy.settings.lm is lm, range(4)) == [True] * 4
+
+
+def test_a_failed_reflection_drops_only_its_proposal():
+    from dspy.teleprompt.gepa.instruction_proposal import InstructionProposer
+
+    builtin = InstructionProposer()
+
+    def flaky_proposer(candidate, reflective_dataset, components_to_update):
+        if candidate["predict"] == "Instruction 1.":
+            raise RuntimeError("provider returned 500")
+        return builtin(candidate, reflective_dataset, components_to_update)
+
+    reflective = {"predict": [{"Inputs": {"question": "Apply rule zorp to 3."}, "Generated Outputs": {"answer": "3"},
+                               "Feedback": "Wrong: expected 10. Rule definition: zorp(x) = 3*x + 1."}]}
+    with ThreadWorkerPool(3) as pool:
+        adapter = BatchedAdapter(
+            student_module=seed_program(), metric_fn=sim.metric, feedback_map={}, pool=pool,
+            custom_instruction_proposer=flaky_proposer,
+        )
+        reflection = PooledReflection(adapter, sim.SimulatedLM(), pool)
+        jobs = [({"predict": f"Instruction {i}."}, reflective, ["predict"]) for i in range(3)]
+        proposals = [p for p, _ in reflection.reflect_many(jobs)]
+    assert [bool(p.new_texts) for p in proposals] == [True, False, True]
+    assert reflection.failures == 1
+    assert "provider returned 500" in proposals[1].metadata["reflection_error"]
+    assert all("zorp(x) =" in p.new_texts["predict"] for p in proposals if p.new_texts)
+
+
+def test_a_rollout_that_raises_scores_the_failure_score_and_the_others_survive():
+    class Fragile(dspy.Module):
+        def __init__(self):
+            super().__init__()
+            self.predict = dspy.Predict("question -> answer")
+
+        def forward(self, question):
+            if "17" in question:
+                raise RuntimeError("tool crashed")
+            return self.predict(question=question)
+
+    examples = [dspy.Example(question=f"Apply rule zorp to {x}.", answer=str(3 * x + 1)).with_inputs("question") for x in (5, 17, 9)]
+    with ThreadWorkerPool(2) as pool, dspy.context(lm=sim.SimulatedLM()):
+        adapter = BatchedAdapter(student_module=Fragile(), metric_fn=sim.metric, feedback_map={}, pool=pool, failure_score=-1.0)
+        candidate = {"predict": "zorp(x) = 3*x + 1"}
+        evaluation = adapter.evaluate(examples, candidate, capture_traces=True)
+    assert evaluation.scores == [1.0, -1.0, 1.0]
+    assert [t["example_ind"] for t in evaluation.trajectories] == [0, 2]
+
+
+def test_dominated_programs_are_not_used_to_top_up():
+    # Program 1 is only best where program 2 is too, so 2 dominates it: the front is {2, 3}.
+    state = FrontState([0.1, 0.9, 0.5, 0.7], {"a": {1, 2}, "b": {3}, "c": {2}})
+    sampler = DistinctParentsPxN(p=3, n=1, guard=BudgetGuard(10_000, 10, 3))
+    assert sampler.choose_parents(state, AlwaysSelects(2), 3) == [2, 3, 2]
