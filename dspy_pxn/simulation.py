@@ -5,8 +5,7 @@ reflection can improve, yet that is free, fast, offline and reproducible. The
 task: apply a made-up named rule (``zorp(x) = 3*x + 1``) to a number. The
 simulated task model only knows a rule if its exact canonical definition is in
 the instruction; the simulated reflection model learns definitions from the
-metric's feedback (every definition a minibatch's feedback names) into an
-instruction of bounded capacity, and
+metric's feedback, one per call, into an instruction of bounded capacity, and
 sometimes copies them wrong. So optimisation makes real but noisy progress, and
 which rules to keep (the frequent ones) matters.
 
@@ -357,18 +356,17 @@ def _rewrite_instruction(current: str, feedback: str, digest: bytes, error_rate:
         else:
             base.append(line)
     present = {(n, e.strip()) for n, e in _DEF_RE.findall(current)}
-    learned: list[tuple[str, str]] = []
+    new: tuple[str, str] | None = None
     for name, expr in _FEEDBACK_DEF_RE.findall(feedback):
-        if (name, expr.strip()) not in present and name not in {n for n, _ in learned}:
-            learned.append((name, expr.strip()))
-    if not learned:
+        if (name, expr.strip()) not in present:
+            new = (name, expr.strip())
+            break
+    if new is None:
         return current.strip() or seed_instruction()
     if _unit(digest) < error_rate:
-        # One garbled copy per garbled rewrite: the first definition learned is copied wrong.
-        learned[0] = (learned[0][0], _garble(learned[0][1], digest))
+        new = (new[0], _garble(new[1], digest))
     # One definition per rule: a corrected one replaces an old (possibly garbled) copy.
-    names = {n for n, _ in learned}
-    defs = [d for d in defs if d[0] not in names] + learned
+    defs = [d for d in defs if d[0] != new[0]] + [new]
     while len(defs) > CAPACITY:
         defs.pop(0)  # oldest first
     head = "\n".join(base).strip() or seed_instruction()

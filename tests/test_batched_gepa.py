@@ -5,6 +5,8 @@ import os
 
 import dspy
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dspy_pxn import BatchedGEPA, read_step_log
 from dspy_pxn import simulation as sim
@@ -138,3 +140,21 @@ def test_returns_a_runnable_program_that_beats_the_seed(task_lm, splits):
     test = splits.test
     evaluate = dspy.Evaluate(devset=test, metric=lambda g, p, t=None: sim.metric(g, p).score, num_threads=4)
     assert evaluate(optimized).score > evaluate(seed_program()).score
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    p=st.integers(1, 6), n=st.integers(1, 4), minibatch=st.integers(1, 4),
+    val_size=st.integers(1, 15), extra_budget=st.integers(0, 250), seed=st.integers(0, 3),
+)
+def test_budget_property_over_many_shapes(task_lm, p, n, minibatch, val_size, extra_budget, seed):
+    train, val, _ = sim.make_splits(seed=seed, train=20, val=val_size, test=1)
+    budget = val_size + extra_budget
+    optimizer = BatchedGEPA(
+        metric=sim.metric, p=p, n=n, max_metric_calls=budget, reflection_minibatch_size=minibatch,
+        reflection_lm=sim.SimulatedLM(), num_threads=4, seed=seed,
+    )
+    result = optimizer.compile(seed_program(), trainset=train, valset=val).detailed_results
+    assert result.total_metric_calls <= budget
+    assert budget - result.total_metric_calls < 2 * minibatch + val_size
+    assert sum(step.metric_calls for step in result.steps) + val_size == result.total_metric_calls
