@@ -42,12 +42,6 @@ class Row:
     test: float
 
 
-def seed_program() -> dspy.Module:
-    program = dspy.ChainOfThought("question -> answer")
-    program.predict.signature = program.predict.signature.with_instructions(sim.seed_instruction())
-    return program
-
-
 def make_optimizer(config: str, server: LatencyServer, args) -> dspy.Teleprompter:
     common = dict(metric=sim.metric, max_metric_calls=args.budget, reflection_lm=server.lm("reflection"),
                   num_threads=args.workers, use_merge=False, seed=args.seed)
@@ -62,7 +56,7 @@ def make_optimizer(config: str, server: LatencyServer, args) -> dspy.Teleprompte
 
 
 def test_score(program: dspy.Module, test: list[dspy.Example], workers: int) -> float:
-    evaluate = dspy.Evaluate(devset=test, metric=lambda g, p, t=None: sim.metric(g, p).score,
+    evaluate = dspy.Evaluate(devset=test, metric=sim.score,
                              num_threads=workers, display_progress=False)
     return evaluate(program).score / 100
 
@@ -92,7 +86,7 @@ def main() -> None:
             optimizer = make_optimizer(config, server, args)
             with dspy.context(lm=server.lm("task")):
                 start = time.perf_counter()
-                best = optimizer.compile(seed_program(), trainset=train, valset=val)
+                best = optimizer.compile(sim.seed_program(), trainset=train, valset=val)
                 wall = time.perf_counter() - start
                 score = test_score(best, test, args.workers)
             results = best.detailed_results

@@ -43,7 +43,9 @@ __all__ = [
     "make_examples",
     "make_splits",
     "seed_instruction",
+    "seed_program",
     "metric",
+    "score",
     "respond",
     "chat_completion_body",
     "estimate_tokens",
@@ -135,6 +137,13 @@ def seed_instruction() -> str:
     return "Apply the named rule to the number and give the integer result."
 
 
+def seed_program() -> dspy.Module:
+    """The program every benchmark, example and test starts from: CoT with the seed instruction."""
+    program = dspy.ChainOfThought("question -> answer")
+    program.predict.signature = program.predict.signature.with_instructions(seed_instruction())
+    return program
+
+
 # --------------------------------------------------------------------------- #
 # Data
 # --------------------------------------------------------------------------- #
@@ -215,6 +224,11 @@ def metric(gold, pred, trace=None, pred_name=None, pred_trace=None) -> dspy.Pred
     if rule is not None:
         feedback += f" Rule definition: {rule.definition}."
     return dspy.Prediction(score=0.0, feedback=feedback)
+
+
+def score(gold, pred, trace=None) -> float:
+    """The metric's score alone, for dspy.Evaluate on held-out data."""
+    return metric(gold, pred).score
 
 
 # --------------------------------------------------------------------------- #

@@ -29,8 +29,7 @@ def main() -> None:
     args = parser.parse_args()
 
     train, val, test = sim.make_splits(seed=0, train=60, val=30, test=100)
-    program = dspy.ChainOfThought("question -> answer")
-    program.predict.signature = program.predict.signature.with_instructions(sim.seed_instruction())
+    program = sim.seed_program()  # dspy.ChainOfThought("question -> answer") with a plain instruction
 
     with LatencyServer(task_latency=args.task_latency, reflection_latency=4 * args.task_latency) as server:
         dspy.configure(lm=server.lm("task"))
@@ -41,7 +40,7 @@ def main() -> None:
         )
         optimized = optimizer.compile(program, trainset=train, valset=val)
 
-        evaluate = dspy.Evaluate(devset=test, metric=lambda g, p, t=None: sim.metric(g, p).score,
+        evaluate = dspy.Evaluate(devset=test, metric=sim.score,
                                  num_threads=args.workers, display_progress=False)
         seed_test, best_test = evaluate(program).score, evaluate(optimized).score
 

@@ -9,10 +9,7 @@ def splits():
     return sim.make_splits(seed=0, train=30, val=12, test=30)
 
 
-def seed_program() -> dspy.Module:
-    program = dspy.ChainOfThought("question -> answer")
-    program.predict.signature = program.predict.signature.with_instructions(sim.seed_instruction())
-    return program
+seed_program = sim.seed_program
 
 
 @pytest.fixture

@@ -138,7 +138,7 @@ def test_returns_a_runnable_program_that_beats_the_seed(task_lm, splits):
     results = optimized.detailed_results
     assert results.val_aggregate_scores[results.best_idx] > results.val_aggregate_scores[0]
     test = splits.test
-    evaluate = dspy.Evaluate(devset=test, metric=lambda g, p, t=None: sim.metric(g, p).score, num_threads=4)
+    evaluate = dspy.Evaluate(devset=test, metric=sim.score, num_threads=4)
     assert evaluate(optimized).score > evaluate(seed_program()).score
 
 
