@@ -82,6 +82,7 @@ def main() -> None:
     floor = args.budget * args.task_latency / args.workers
     rows: list[Row] = []
     with LatencyServer(task_latency=args.task_latency, reflection_latency=args.reflection_ratio * args.task_latency) as server:
+        server.warm_up()
         for config in args.configs.split(","):
             optimizer = make_optimizer(config, server, args)
             with dspy.context(lm=server.lm("task")):

@@ -390,6 +390,11 @@ class LatencyServer:
 
     # ---- clients -------------------------------------------------------- #
 
+    def warm_up(self) -> None:
+        """One call through dspy.LM -> litellm, so litellm's one-time initialisation
+        (about 2.5 s per process here) is not billed to the first run a benchmark times."""
+        self.lm("task")("Apply rule zorp to 1.")
+
     def lm(self, kind_hint: str = "task", **kw: Any):
         """A `dspy.LM` on the litellm engine, uncached, aimed at this server.
 

@@ -56,6 +56,9 @@ class StepRecord:
     worker_utilisation: float
     num_workers: int
     started_at: float = field(default=0.0)
+    improved: int = 0  # children that beat their parent on the minibatch (selection may validate fewer)
+    minibatch_size: int = 0
+    val_size: int = 0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -83,8 +86,19 @@ class StepRecorder:
     own time. This needs no guess about which ``batch_evaluate`` call is which.
     """
 
-    def __init__(self, p: int, n: int, budget: int, pool: WorkerPool, log_dir: str | None = None, sinks: list[Any] | None = None):
+    def __init__(
+        self,
+        p: int,
+        n: int,
+        budget: int,
+        pool: WorkerPool,
+        log_dir: str | None = None,
+        sinks: list[Any] | None = None,
+        minibatch_size: int = 0,
+        val_size: int = 0,
+    ):
         self.p, self.n, self.budget = p, n, budget
+        self.minibatch_size, self.val_size = minibatch_size, val_size
         self.pool = pool
         self.log_dir = log_dir
         self.sinks = list(sinks or [])
@@ -98,8 +112,9 @@ class StepRecorder:
         self._width = len(tasks)
         self._parents = len({t.parent_idx for t in tasks})
 
-    def on_selection(self) -> None:
+    def on_selection(self, improved: int = 0) -> None:
         self._phase = "validation"
+        self._improved = improved
 
     def on_evaluated(self, seconds: float, rollouts: int, failures: int) -> None:
         with self._lock:
@@ -157,6 +172,9 @@ class StepRecorder:
             worker_utilisation=busy / (self.pool.num_workers * wall) if wall > 0 else 0.0,
             num_workers=self.pool.num_workers,
             started_at=self._started_at,
+            improved=self._improved,
+            minibatch_size=self.minibatch_size,
+            val_size=self.val_size,
         )
         self.steps.append(record)
         self._write(record)
@@ -174,6 +192,7 @@ class StepRecorder:
         self._parents = 0
         self._new: list[int] = []
         self._rejected = 0
+        self._improved = 0
         self._rollouts = 0
         self._rollout_failures = 0
         self._reflection_failures = 0

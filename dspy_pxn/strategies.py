@@ -185,7 +185,7 @@ class BudgetCappedSelection:
     with the largest minibatch improvement go first (ties keep proposal order).
     """
 
-    def __init__(self, inner: SelectionStrategy, guard: BudgetGuard, on_selected: Callable[[], None] | None = None):
+    def __init__(self, inner: SelectionStrategy, guard: BudgetGuard, on_selected: Callable[[int], None] | None = None):
         self.inner = inner
         self.guard = guard
         self.on_selected = on_selected
@@ -197,7 +197,9 @@ class BudgetCappedSelection:
         acceptance_criterion: AcceptanceCriterion,
     ) -> list[CandidateProposal]:
         if self.on_selected is not None:
-            self.on_selected()
+            # gepa memoizes the criterion per batch, so counting improvers here is free; the
+            # runtime model needs this per-proposal pass rate, which "best"/top-k selection hides.
+            self.on_selected(sum(acceptance_criterion.should_accept(p, state) for p in proposals))
         selected = self.inner.select(proposals, state, acceptance_criterion)
         room = self.guard.max_validations(state)
         if len(selected) <= room:

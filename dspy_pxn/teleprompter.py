@@ -251,7 +251,10 @@ class BatchedGEPA(dspy.GEPA):
         return program
 
     def _optimize(self, student, trainset, valset, budget, pool):
-        recorder = StepRecorder(self.p, self.n, budget, pool, log_dir=self.log_dir, sinks=self.step_sinks)
+        recorder = StepRecorder(
+            self.p, self.n, budget, pool, log_dir=self.log_dir, sinks=self.step_sinks,
+            minibatch_size=self.reflection_minibatch_size, val_size=len(valset),
+        )
         predictors = student.named_predictors()
         adapter = BatchedAdapter(
             student_module=student,

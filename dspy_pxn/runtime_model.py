@@ -1,0 +1,279 @@
+"""The paper's runtime model of a batched GEPA run: predict, fit from step records, plan P×N.
+
+P×N trades adaptivity (fewer, wider iterations) for throughput. Whether that trade pays
+depends on the task-call and reflection latencies, the acceptance rate, the worker pool and
+the budget, so a user cannot guess it; the model makes it a calculation.
+
+The model (the paper's, made exact for BatchedGEPA's step structure): a run first validates
+the seed, then repeats steps until the budget guard stops it. A step of width k (= P·N, or
+fewer when the guard narrows the last step) screens k parents and k children on minibatches
+of m examples (k·m rollouts each, in ⌈k·m/W⌉ waves of one task-call latency T_e), runs k
+reflections (⌈k/W⌉ waves of T_r), and then, with probability q_k = 1 − (1 − a)^k, fully
+validates the accepted children. With j ~ Binomial(k, a) improvers and a selection that keeps
+s(j) of them (all: j, best: min(j, 1), top-K: min(j, K)), validation costs s(j)·|val| calls
+in ⌈s(j)·|val|/W⌉ waves: one wave when s(j)·|val| ≤ W, about s(j)·|val|/W otherwise — the
+paper's case split on kV ≤ W. The budget is drawn down by expected calls per step, with the
+guard's own arithmetic for the last steps. The Amdahl-style floor is B·T_e/W.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from dspy_pxn.steps import StepRecord
+
+__all__ = [
+    "RunShape",
+    "RuntimeModel",
+    "Prediction",
+    "DEFAULT_SHAPES",
+    "floor_seconds",
+    "parse_shapes",
+]
+
+Selection = str | int
+
+# The paper's sweep plus the 16-wide shapes; the planner ranks these unless told otherwise.
+DEFAULT_SHAPES: tuple[tuple[int, int], ...] = (
+    (1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (2, 4), (4, 2), (8, 1),
+    (2, 8), (4, 4), (8, 2), (16, 1), (4, 8), (8, 4), (16, 2), (32, 1),
+)
+
+# A prediction within this factor of the floor is pool-bound: only more workers or a
+# cheaper task call make it faster.
+FLOOR_BOUND_FACTOR = 1.25
+
+
+def _check_positive_int(name: str, value: object, fix: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}={value!r} must be an int >= 1; {fix}")
+
+
+def _check_seconds(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name}={value!r} must be a finite number of seconds >= 0.")
+
+
+def floor_seconds(budget: int, task_s: float, workers: int) -> float:
+    """The paper's Amdahl-style floor B·T_e/W: every metric call on a saturated pool."""
+    return budget * task_s / workers
+
+
+@dataclass(frozen=True)
+class RunShape:
+    """What the user fixes before a run: worker pool W, budget B, |val|, minibatch m."""
+
+    workers: int
+    budget: int
+    val_size: int
+    minibatch_size: int = 3
+
+    def __post_init__(self) -> None:
+        _check_positive_int("workers", self.workers, "W is the number of concurrent rollouts (num_threads).")
+        _check_positive_int("budget", self.budget, "pass the run's max_metric_calls.")
+        _check_positive_int("val_size", self.val_size, "pass the number of validation examples.")
+        _check_positive_int("minibatch_size", self.minibatch_size, "pass reflection_minibatch_size (default 3).")
+        if self.budget < self.val_size:
+            raise ValueError(
+                f"budget={self.budget} cannot pay for one validation of val_size={self.val_size}; "
+                "raise the budget or shrink the valset."
+            )
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A predicted run. ``*_s`` components add up to ``wall_s``."""
+
+    p: int
+    n: int
+    selection: str
+    iterations: int
+    validation_trigger_fraction: float  # mean q over the run's steps
+    metric_calls: float
+    wall_s: float
+    floor_s: float
+    step_latency_s: float  # reflection + screening at one wave each, + per-step overhead
+    validation_latency_s: float  # one wave per validating step (and the seed's)
+    pool_wait_s: float  # extra waves because the work is wider than the pool
+    binding: str
+
+    @property
+    def width(self) -> int:
+        return self.p * self.n
+
+    @property
+    def x_floor(self) -> float:
+        return self.wall_s / self.floor_s if self.floor_s > 0 else math.inf
+
+
+def _binomial_pmf(k: int, a: float) -> list[float]:
+    return [math.comb(k, j) * a**j * (1 - a) ** (k - j) for j in range(k + 1)]
+
+
+def _kept(selection: Selection, improvers: int) -> int:
+    if selection == "all":
+        return improvers
+    if selection == "best":
+        return min(improvers, 1)
+    return min(improvers, int(selection))
+
+
+def _selection_name(selection: object) -> str:
+    if selection in ("all", "best"):
+        return str(selection)
+    if isinstance(selection, int) and not isinstance(selection, bool) and selection >= 1:
+        return f"top{selection}"
+    raise ValueError(f"selection={selection!r} must be 'all', 'best' or a positive int k (top-k).")
+
+
+@dataclass(frozen=True)
+class RuntimeModel:
+    """Latencies and acceptance rate of one task/LM setup; predicts any P×N on any pool."""
+
+    task_s: float  # T_e: one rollout (one metric call) as the optimizer experiences it
+    reflection_s: float  # T_r: one reflection call
+    acceptance: float  # a: probability that a child beats its parent on the minibatch
+    step_overhead_s: float = 0.0  # optimizer bookkeeping per step (selection, Pareto update)
+    fitted_from: tuple[str, ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        _check_seconds("task_s", self.task_s)
+        _check_seconds("reflection_s", self.reflection_s)
+        _check_seconds("step_overhead_s", self.step_overhead_s)
+        a = self.acceptance
+        if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 <= a <= 1.0:
+            raise ValueError(f"acceptance={a!r} must be a probability in [0, 1] (accepted / proposed children).")
+
+    def trigger_probability(self, width: int) -> float:
+        """q_k = 1 − (1 − a)^k: the chance that a step of width k validates anything."""
+        return 1.0 - (1.0 - self.acceptance) ** width
+
+    def floor(self, shape: RunShape) -> float:
+        return floor_seconds(shape.budget, self.task_s, shape.workers)
+
+    def predict(self, p: int, n: int, shape: RunShape, selection: Selection = "all") -> Prediction:
+        """Expected wall-clock, iterations and validation-trigger fraction of a P×N run."""
+        _check_positive_int("p", p, "P is the number of parents per step.")
+        _check_positive_int("n", n, "N is the number of mutations per parent.")
+        name = _selection_name(selection)
+        W, V, m = shape.workers, shape.val_size, shape.minibatch_size
+        T_e, T_r = self.task_s, self.reflection_s
+
+        # Seed validation: V calls before the first step.
+        remaining = float(shape.budget - V)
+        step_latency = 0.0
+        validation_latency = T_e
+        pool_wait = (math.ceil(V / W) - 1) * T_e
+        iterations, triggers = 0, 0.0
+        while remaining >= 2 * m + V:  # ExactBudgetStopper: room for one screened-and-validated child
+            width = min(p * n, int((remaining - V) // (2 * m)))
+            if width < 1:
+                break
+            screen_waves = math.ceil(width * m / W)
+            reflect_waves = math.ceil(width / W)
+            room = int((remaining - 2 * width * m) // V)  # BudgetCappedSelection's cap
+            calls, waves, trigger = 2 * width * m, 0.0, 0.0
+            for improvers, probability in enumerate(_binomial_pmf(width, self.acceptance)):
+                validated = min(_kept(selection, improvers), room)
+                calls += probability * validated * V
+                waves += probability * math.ceil(validated * V / W)
+                trigger += probability * (validated > 0)
+            step_latency += self.step_overhead_s + 2 * T_e + T_r
+            validation_latency += trigger * T_e
+            pool_wait += (2 * (screen_waves - 1)) * T_e + (reflect_waves - 1) * T_r + (waves - trigger) * T_e
+            remaining -= calls
+            iterations += 1
+            triggers += trigger
+
+        wall = step_latency + validation_latency + pool_wait
+        floor = self.floor(shape)
+        return Prediction(
+            p=p, n=n, selection=name, iterations=iterations,
+            validation_trigger_fraction=triggers / iterations if iterations else 0.0,
+            metric_calls=shape.budget - remaining, wall_s=wall, floor_s=floor,
+            step_latency_s=step_latency, validation_latency_s=validation_latency, pool_wait_s=pool_wait,
+            binding=_binding(wall, floor, step_latency, validation_latency, pool_wait),
+        )
+
+    def plan(
+        self,
+        shape: RunShape,
+        shapes: Sequence[tuple[int, int]] = DEFAULT_SHAPES,
+        selection: Selection = "all",
+    ) -> list[Prediction]:
+        """Predictions for ``shapes``, fastest first (ties: more iterations, then more parents)."""
+        if not shapes:
+            raise ValueError("shapes is empty: pass P×N pairs such as [(1, 1), (2, 2), (8, 1)].")
+        predictions = [self.predict(p, n, shape, selection) for p, n in shapes]
+        return sorted(predictions, key=lambda pr: (round(pr.wall_s, 6), -pr.iterations, -pr.p))
+
+    @classmethod
+    def fit(
+        cls,
+        steps: Sequence[StepRecord],
+        *,
+        workers: int | None = None,
+        minibatch_size: int | None = None,
+        val_size: int | None = None,
+    ) -> RuntimeModel:
+        """Estimate T_e, T_r, a and the per-step overhead from finished runs' step records.
+
+        T_e is the screening and validation time divided by the waves the model says they
+        took, T_r likewise for reflection, and a = improvers / proposals. Records from several
+        runs of one setup may be pooled; sizes missing from old records can be passed in.
+        """
+        reflective = [s for s in steps if s.kind == "reflective" and s.width > 0]
+        if not reflective:
+            raise ValueError("steps has no reflective step with proposals; fit needs a run that made progress.")
+        eval_s = eval_waves = reflect_s = reflect_waves = overhead = 0.0
+        proposals = improvers = 0
+        for s in reflective:
+            W = workers or s.num_workers
+            m = minibatch_size or s.minibatch_size
+            V = val_size or s.val_size
+            if not (W and m and V):
+                raise ValueError(
+                    f"step {s.step} does not record num_workers/minibatch_size/val_size; "
+                    "pass workers=, minibatch_size= and val_size= to fit()."
+                )
+            eval_s += s.screening_s + s.validation_s
+            eval_waves += 2 * math.ceil(s.width * m / W) + math.ceil(s.accepted * V / W)
+            reflect_s += s.reflection_s
+            reflect_waves += math.ceil(s.width / W)
+            overhead += max(0.0, s.wall_s - s.reflection_s - s.screening_s - s.validation_s)
+            proposals += s.width
+            # Records written before `improved` existed: accepted is the best estimate.
+            improvers += s.improved if s.improved or not s.accepted else s.accepted
+        return cls(
+            task_s=eval_s / eval_waves,
+            reflection_s=reflect_s / reflect_waves,
+            acceptance=min(1.0, improvers / proposals),
+            step_overhead_s=overhead / len(reflective),
+            fitted_from=(f"{len(reflective)} steps",),
+        )
+
+
+def _binding(wall: float, floor: float, step: float, validation: float, pool: float) -> str:
+    """Which ceiling limits this run: the one whose removal would save the most time."""
+    if wall <= FLOOR_BOUND_FACTOR * floor:
+        return "floor"
+    return max(
+        (("step latency", step), ("validation trigger", validation), ("worker pool", pool)),
+        key=lambda item: item[1],
+    )[0]
+
+
+def parse_shapes(text: str) -> list[tuple[int, int]]:
+    """'1x1,2x2,8x1' -> [(1, 1), (2, 2), (8, 1)], with an error that shows the format."""
+    shapes = []
+    for part in text.split(","):
+        try:
+            p, n = (int(v) for v in part.strip().lower().split("x"))
+        except ValueError:
+            raise ValueError(f"shape {part.strip()!r} is not PxN; write shapes like '1x1,2x2,8x1'.") from None
+        if p < 1 or n < 1:
+            raise ValueError(f"shape {part.strip()!r} needs P >= 1 and N >= 1.")
+        shapes.append((p, n))
+    return shapes

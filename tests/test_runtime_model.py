@@ -1,0 +1,244 @@
+"""The runtime model: closed forms, monotonicity, fitting, bad input, the planner CLI."""
+
+import math
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dspy_pxn import BatchedGEPA
+from dspy_pxn import simulation as sim
+from dspy_pxn.cli import main as cli
+from dspy_pxn.plots import plot_model_vs_measured
+from dspy_pxn.runtime_model import RunShape, RuntimeModel, floor_seconds, parse_shapes
+from dspy_pxn.steps import STEP_LOG_NAME, StepRecord
+from tests.conftest import seed_program
+
+SHAPE = RunShape(workers=16, budget=600, val_size=30, minibatch_size=3)
+
+
+def test_zero_acceptance_never_validates_and_spends_the_budget_on_screening():
+    model = RuntimeModel(task_s=1.0, reflection_s=4.0, acceptance=0.0, step_overhead_s=0.1)
+    prediction = model.predict(1, 1, SHAPE)
+    # Seed validation leaves 570 calls; each step costs 2·m = 6 and the guard stops below 2m + |val| = 36.
+    assert prediction.iterations == (570 - 36) // 6 + 1 == 90
+    assert prediction.validation_trigger_fraction == 0.0
+    # Seed validation: 30 calls in 2 waves; each step: parent wave + reflection + child wave + overhead.
+    assert prediction.wall_s == pytest.approx(2 * 1.0 + 90 * (1.0 + 4.0 + 1.0 + 0.1))
+    assert prediction.metric_calls == 30 + 90 * 6
+
+
+def test_certain_acceptance_validates_every_iteration():
+    model = RuntimeModel(task_s=1.0, reflection_s=4.0, acceptance=1.0)
+    prediction = model.predict(1, 1, SHAPE)
+    assert prediction.iterations == 570 // 36 == 15
+    assert prediction.validation_trigger_fraction == 1.0
+    assert prediction.wall_s == pytest.approx(2.0 + 15 * (1 + 4 + 1 + 2))
+    assert prediction.metric_calls == 30 + 15 * 36
+
+
+@pytest.mark.parametrize(("workers", "waves"), [(16, 1), (4, 4)])
+def test_validation_is_one_wave_when_kv_fits_the_pool_and_kv_over_w_otherwise(workers, waves):
+    # k = 2 children of |val| = 8: kV = 16 fits 16 workers in one wave; 4 workers need 4.
+    shape = RunShape(workers=workers, budget=8 + 2 * (2 * 2 * 1 + 16), val_size=8, minibatch_size=1)
+    model = RuntimeModel(task_s=1.0, reflection_s=0.0, acceptance=1.0)
+    prediction = model.predict(2, 1, shape)
+    assert prediction.iterations == 2
+    seed_waves = math.ceil(8 / workers)
+    assert prediction.wall_s == pytest.approx(seed_waves + 2 * (2 + waves))
+
+
+def test_selection_best_validates_one_child_per_step():
+    model = RuntimeModel(task_s=1.0, reflection_s=4.0, acceptance=1.0)
+    every, best = model.predict(4, 4, SHAPE, "all"), model.predict(4, 4, SHAPE, "best")
+    assert best.iterations > every.iterations
+    assert best.metric_calls <= SHAPE.budget and every.metric_calls <= SHAPE.budget
+    assert model.predict(4, 4, SHAPE, 1).wall_s == best.wall_s
+
+
+def test_floor_is_the_papers_bound():
+    model = RuntimeModel(task_s=0.5, reflection_s=2.0, acceptance=0.3)
+    assert floor_seconds(600, 0.5, 16) == 18.75
+    assert model.predict(4, 4, SHAPE).floor_s == 18.75
+    assert model.predict(4, 4, SHAPE).x_floor == pytest.approx(model.predict(4, 4, SHAPE).wall_s / 18.75)
+
+
+def test_trigger_probability_is_q_k():
+    model = RuntimeModel(task_s=1.0, reflection_s=1.0, acceptance=0.17)
+    assert model.trigger_probability(1) == pytest.approx(0.17)
+    assert model.trigger_probability(4) == pytest.approx(1 - 0.83**4)  # the paper's 2×2: ~53%
+
+
+latency = st.floats(min_value=0.01, max_value=10.0)
+probability = st.floats(min_value=0.0, max_value=1.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(t_e=latency, t_r=latency, a=probability, p=st.integers(1, 8), n=st.integers(1, 4),
+       workers=st.integers(1, 64), val=st.integers(1, 60), m=st.integers(1, 5), extra=st.integers(0, 800))
+def test_predictions_respect_budget_floor_and_monotonicity(t_e, t_r, a, p, n, workers, val, m, extra):
+    shape = RunShape(workers=workers, budget=val + extra, val_size=val, minibatch_size=m)
+    model = RuntimeModel(task_s=t_e, reflection_s=t_r, acceptance=a)
+    prediction = model.predict(p, n, shape)
+    assert prediction.metric_calls <= shape.budget + 1e-6
+    # No run beats its calls spread perfectly over the pool.
+    assert prediction.wall_s >= prediction.metric_calls * t_e / workers - 1e-6
+    assert prediction.wall_s == pytest.approx(
+        prediction.step_latency_s + prediction.validation_latency_s + prediction.pool_wait_s)
+    assert 0.0 <= prediction.validation_trigger_fraction <= 1.0
+    # More workers never slow a run; slower calls never speed it up.
+    wider_pool = RunShape(workers=workers * 2, budget=shape.budget, val_size=val, minibatch_size=m)
+    assert model.predict(p, n, wider_pool).wall_s <= prediction.wall_s + 1e-9
+    slower = RuntimeModel(task_s=t_e * 1.5, reflection_s=t_r * 1.5, acceptance=a)
+    assert slower.predict(p, n, shape).wall_s >= prediction.wall_s - 1e-9
+    assert model.trigger_probability(p * n + 1) >= model.trigger_probability(p * n) - 1e-12
+
+
+def synthetic_steps(model: RuntimeModel, shape: RunShape, widths_and_improvers, selection_cap=None):
+    """Step records as a run with exactly `model`'s latencies would write them."""
+    W, V, m = shape.workers, shape.val_size, shape.minibatch_size
+    records = []
+    for step, (width, improved) in enumerate(widths_and_improvers, 1):
+        accepted = min(improved, selection_cap) if selection_cap else improved
+        screening = 2 * math.ceil(width * m / W) * model.task_s
+        validation = math.ceil(accepted * V / W) * model.task_s
+        reflection = math.ceil(width / W) * model.reflection_s
+        records.append(StepRecord(
+            step=step, kind="reflective", p=width, n=1, width=width, distinct_parents=width, proposals=width,
+            accepted=accepted, full_validation=accepted > 0, new_candidates=[], metric_calls=0,
+            metric_calls_total=0, budget=shape.budget, best_val=0.0, mean_val=0.0, pareto_front_size=1,
+            wall_s=screening + validation + reflection + model.step_overhead_s, reflection_s=reflection,
+            screening_s=screening, validation_s=validation, rollouts=0, rollout_failures=0,
+            reflection_failures=0, worker_utilisation=0.0, num_workers=W, improved=improved,
+            minibatch_size=m, val_size=V,
+        ))
+    return records
+
+
+@pytest.mark.parametrize("selection_cap", [None, 1])
+def test_fit_recovers_the_latencies_and_acceptance_that_produced_the_records(selection_cap):
+    truth = RuntimeModel(task_s=0.7, reflection_s=2.9, acceptance=0.25, step_overhead_s=0.05)
+    steps = synthetic_steps(truth, SHAPE, [(16, 4), (16, 5), (8, 1), (16, 6), (1, 0), (4, 0)], selection_cap)
+    fitted = RuntimeModel.fit(steps)
+    assert fitted.task_s == pytest.approx(0.7)
+    assert fitted.reflection_s == pytest.approx(2.9)
+    assert fitted.step_overhead_s == pytest.approx(0.05)
+    assert fitted.acceptance == pytest.approx(16 / 61)  # improvers / proposals, whatever selection kept
+
+
+def test_fit_refuses_records_without_progress_or_sizes():
+    with pytest.raises(ValueError, match="no reflective step"):
+        RuntimeModel.fit([])
+    truth = RuntimeModel(task_s=1.0, reflection_s=1.0, acceptance=0.5)
+    old = synthetic_steps(truth, SHAPE, [(4, 2)])
+    old[0].val_size = 0
+    with pytest.raises(ValueError, match="val_size="):
+        RuntimeModel.fit(old)
+    assert RuntimeModel.fit(old, val_size=30).task_s == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "argument"),
+    [
+        (dict(task_s=-1.0, reflection_s=1.0, acceptance=0.5), "task_s"),
+        (dict(task_s=1.0, reflection_s=math.nan, acceptance=0.5), "reflection_s"),
+        (dict(task_s=1.0, reflection_s=1.0, acceptance=1.2), "acceptance"),
+        (dict(task_s=1.0, reflection_s=1.0, acceptance=-0.1), "acceptance"),
+        (dict(task_s=1.0, reflection_s=1.0, acceptance=0.5, step_overhead_s=-2), "step_overhead_s"),
+    ],
+)
+def test_bad_model_parameters_name_the_argument(kwargs, argument):
+    with pytest.raises(ValueError, match=argument):
+        RuntimeModel(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "argument"),
+    [
+        (dict(workers=0, budget=600, val_size=30), "workers"),
+        (dict(workers=16, budget=600, val_size=0), "val_size"),
+        (dict(workers=16, budget=20, val_size=30), "budget"),
+        (dict(workers=16, budget=600, val_size=30, minibatch_size=0), "minibatch_size"),
+    ],
+)
+def test_bad_run_shape_names_the_argument(kwargs, argument):
+    with pytest.raises(ValueError, match=argument):
+        RunShape(**kwargs)
+
+
+def test_bad_shapes_and_selection_are_refused():
+    model = RuntimeModel(task_s=1.0, reflection_s=1.0, acceptance=0.5)
+    with pytest.raises(ValueError, match="p=0"):
+        model.predict(0, 1, SHAPE)
+    with pytest.raises(ValueError, match="selection"):
+        model.predict(1, 1, SHAPE, "fastest")
+    with pytest.raises(ValueError, match="PxN"):
+        parse_shapes("2x2,eight")
+    assert parse_shapes("1x1, 8X2") == [(1, 1), (8, 2)]
+
+
+def test_planner_ranks_by_predicted_wall_clock():
+    model = RuntimeModel(task_s=0.5, reflection_s=2.0, acceptance=0.3)
+    ranked = model.plan(SHAPE, [(1, 1), (2, 2), (4, 4), (8, 1)])
+    walls = [p.wall_s for p in ranked]
+    assert walls == sorted(walls)
+    # In the paper's regime (reflection 4x a call, W=16) 1×1 is the slowest and has the most iterations.
+    assert (ranked[-1].p, ranked[-1].n) == (1, 1)
+    assert ranked[-1].iterations == max(p.iterations for p in ranked)
+
+
+def test_records_from_a_real_run_fit_and_carry_what_the_model_needs(task_lm, splits, tmp_path):
+    train, val, _ = splits
+    best = BatchedGEPA(
+        metric=sim.metric, p=4, n=2, max_metric_calls=180, reflection_lm=sim.SimulatedLM(), num_threads=8,
+        selection="best", log_dir=str(tmp_path),
+    ).compile(seed_program(), trainset=train, valset=val)
+    steps = best.detailed_results.steps
+    assert all(s.minibatch_size == 3 and s.val_size == len(val) for s in steps)
+    assert all(s.improved >= s.accepted and s.accepted <= 1 for s in steps)
+    assert any(s.improved > 1 for s in steps), "best selection should hide some improvers from `accepted`"
+    model = RuntimeModel.fit(steps)
+    assert model.acceptance == pytest.approx(sum(s.improved for s in steps) / sum(s.width for s in steps))
+    assert model.predict(4, 2, RunShape(8, 180, len(val))).iterations >= 1
+
+    assert cli(["plan", "--workers", "8", "--budget", "180", "--val-size", str(len(val)),
+                "--from-run", str(tmp_path), "--shapes", "1x1,4x2", "--selection", "best"]) == 0
+
+
+def test_plan_command_prints_a_ranked_table(capsys):
+    assert cli(["plan", "--workers", "64", "--budget", "3000", "--val-size", "150", "--shapes", "1x1,2x2,8x1"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [row.split("|")[2].strip() for row in rows] == ["8×1", "2×2", "1×1"]
+    assert "assumed" in out and "floor" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["plan", "--workers", "0", "--budget", "3000", "--val-size", "150"], "workers"),
+        (["plan", "--workers", "8", "--budget", "3000", "--val-size", "150", "--acceptance", "2"], "acceptance"),
+        (["plan", "--workers", "8", "--budget", "3000", "--val-size", "150", "--from-run", "/nonexistent"],
+         "--from-run"),
+        (["plan", "--workers", "8", "--budget", "3000", "--val-size", "150", "--shapes", "2by2"], "PxN"),
+    ],
+)
+def test_plan_command_errors_are_one_line(capsys, argv, message):
+    assert cli(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err
+
+
+def test_plan_from_a_directory_without_a_step_log_says_what_to_do(tmp_path, capsys):
+    assert cli(["plan", "--workers", "8", "--budget", "300", "--val-size", "30", "--from-run", str(tmp_path)]) == 2
+    assert STEP_LOG_NAME in capsys.readouterr().err
+
+
+def test_plot_writes_a_png_with_the_measured_points(tmp_path):
+    model = RuntimeModel(task_s=0.5, reflection_s=2.0, acceptance=0.3)
+    path = plot_model_vs_measured(model, SHAPE, {(1, 1): 120.0, (4, 4): 30.0}, tmp_path / "model.png")
+    header = path.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", header[16:24])
+    assert (width, height) == (840, 540)  # 7 x 4.5 inches at 120 dpi
