@@ -135,7 +135,7 @@ def main() -> None:
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     png = Path(args.out).with_suffix(".png")
-    plot_model_vs_measured(pooled, shape, {(r.p, r.n): r.wall_s for r in rows}, png, selection=selection)
+    plot_model_vs_measured({"1x1 pilot fit": pilot, "pooled fit": pooled}, shape, {(r.p, r.n): r.wall_s for r in rows}, png, selection=selection)
     with open(args.out, "w") as handle:
         json.dump({"args": vars(args), "pooled": asdict(pooled), "pilot": asdict(pilot), "picks": picks,
                    "rows": [asdict(r) for r in rows]}, handle, indent=2)

@@ -237,7 +237,7 @@ def test_plan_from_a_directory_without_a_step_log_says_what_to_do(tmp_path, caps
 
 def test_plot_writes_a_png_with_the_measured_points(tmp_path):
     model = RuntimeModel(task_s=0.5, reflection_s=2.0, acceptance=0.3)
-    path = plot_model_vs_measured(model, SHAPE, {(1, 1): 120.0, (4, 4): 30.0}, tmp_path / "model.png")
+    path = plot_model_vs_measured({"fit": model}, SHAPE, {(1, 1): 120.0, (4, 4): 30.0}, tmp_path / "model.png")
     header = path.read_bytes()[:24]
     assert header[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", header[16:24])
