@@ -73,7 +73,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--configs",
-        default="dspy.GEPA 1x1,dspy.GEPA+PxNSampling 4x4,BatchedGEPA 1x1,BatchedGEPA 4x4,BatchedGEPA 8x2,BatchedGEPA 16x1",
+        default="dspy.GEPA 1x1,dspy.GEPA+PxNSampling 4x4,BatchedGEPA 1x1,BatchedGEPA 4x4,BatchedGEPA 8x2,BatchedGEPA 16x1,"
+        "BatchedGEPA 4x4 best,BatchedGEPA 16x1 best,BatchedGEPA 8x2 best",
     )
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "core.json"))
     args = parser.parse_args()
