@@ -20,6 +20,7 @@ from gepa.gepa_utils import remove_dominated_programs
 from gepa.strategies.proposal_sampling import ProposalTask
 
 from dspy_pxn.pool import WorkerPool
+from dspy_pxn.usage import UsageMeter
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +60,12 @@ class StepRecord:
     improved: int = 0  # children that beat their parent on the minibatch (selection may validate fewer)
     minibatch_size: int = 0
     val_size: int = 0
+    # LM usage of the step; calls answered from DSPy's cache are not billed and not counted.
+    lm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = None  # None while litellm knows the price of no model used
+    cost_usd_total: float | None = None  # the run's dollars so far, seed validation included
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -96,9 +103,11 @@ class StepRecorder:
         sinks: list[Any] | None = None,
         minibatch_size: int = 0,
         val_size: int = 0,
+        usage: UsageMeter | None = None,
     ):
         self.p, self.n, self.budget = p, n, budget
         self.minibatch_size, self.val_size = minibatch_size, val_size
+        self.usage = usage
         self.pool = pool
         self.log_dir = log_dir
         self.sinks = list(sinks or [])
@@ -175,6 +184,7 @@ class StepRecorder:
             improved=self._improved,
             minibatch_size=self.minibatch_size,
             val_size=self.val_size,
+            **self._usage_fields(),
         )
         self.steps.append(record)
         self._write(record)
@@ -193,9 +203,23 @@ class StepRecorder:
         self._new: list[int] = []
         self._rejected = 0
         self._improved = 0
+        self._usage0 = self.usage.totals() if self.usage is not None else None
         self._rollouts = 0
         self._rollout_failures = 0
         self._reflection_failures = 0
+
+    def _usage_fields(self) -> dict[str, Any]:
+        if self.usage is None or self._usage0 is None:
+            return {}
+        total = self.usage.totals()
+        step = total.since(self._usage0)
+        return {
+            "lm_calls": step.lm_calls,
+            "prompt_tokens": step.prompt_tokens,
+            "completion_tokens": step.completion_tokens,
+            "cost_usd": step.cost_usd,
+            "cost_usd_total": total.cost_usd,
+        }
 
     def _write(self, record: StepRecord) -> None:
         if self.log_dir is not None:

@@ -21,7 +21,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 import dspy
@@ -38,8 +38,9 @@ from gepa.strategies.candidate_selector import (
 )
 from gepa.strategies.proposal_selection import SelectionStrategy
 
-from dspy_pxn import checks
+from dspy_pxn import checks, tracking
 from dspy_pxn.adapter import BatchedAdapter
+from dspy_pxn.holdout import holdout_score
 from dspy_pxn.pool import ThreadWorkerPool, WorkerPool
 from dspy_pxn.reflection import PooledReflection
 from dspy_pxn.steps import StepRecord, StepRecorder
@@ -52,6 +53,7 @@ from dspy_pxn.strategies import (
     selection_strategy,
     unique_minibatches,
 )
+from dspy_pxn.usage import UsageMeter, UsageTotals
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +85,10 @@ class BatchedGEPAResult(DspyGEPAResult):
     steps: tuple[StepRecord, ...] = ()
     budget: int = 0
     num_workers: int = 0
-    wall_s: float = 0.0
+    wall_s: float = 0.0  # the search; the test evaluation is not included
+    test_score: float | None = None
+    usage: UsageTotals = field(default_factory=UsageTotals)  # LM calls, tokens and dollars of the search
+    mlflow_run_id: str | None = None
 
 
 class BatchedGEPA(dspy.GEPA):
@@ -101,6 +106,14 @@ class BatchedGEPA(dspy.GEPA):
         step_sinks: callables receiving each ``StepRecord`` as it is written.
         pool: a WorkerPool to run rollouts on (default: a thread pool of num_threads,
             created and closed by each compile; a pool passed here is left open).
+        testset: held-out examples scored once, after the search, on the same pool
+            (``detailed_results.test_score``; MLflow ``test_score``). Given here, not to
+            ``compile``, so ``compile`` keeps DSPy's signature; the search never sees it.
+        mlflow, tracking_uri, experiment, run_name, run_tags: track the run in MLflow
+            (``dspy_pxn.tracking``). Any of the last four implies ``mlflow=True``; with
+            none, runs go to MLflow's default local store in the working directory.
+            Inside ``with dspy_pxn.tracking.sweep(...)`` a run is tracked as a nested
+            child unless ``mlflow=False``. Tracking never stops or slows the search.
 
     With ``p=1, n=1`` the run proposes the same candidates as dspy.GEPA for the same
     seed and a deterministic LM (dspy.GEPA with ``use_merge=False``), stopping at the
@@ -138,6 +151,12 @@ class BatchedGEPA(dspy.GEPA):
         callbacks: Sequence[Any] = (),
         step_sinks: Sequence[Callable[[StepRecord], None]] = (),
         gepa_kwargs: dict[str, Any] | None = None,
+        testset: list[Example] | None = None,
+        mlflow: bool | None = None,
+        tracking_uri: str | None = None,
+        experiment: str | None = None,
+        run_name: str | None = None,
+        run_tags: dict[str, str] | None = None,
     ):
         self.p = checks.positive_int("p", p, "p is the number of parents sampled per step, e.g. p=8.")
         self.n = checks.positive_int("n", n, "n is the number of mutations drawn per parent, e.g. n=1.")
@@ -152,6 +171,9 @@ class BatchedGEPA(dspy.GEPA):
                 f"use one of {sorted(CANDIDATE_SELECTORS)} or a gepa CandidateSelector."
             )
         self.selection = selection_strategy(selection)
+        self.testset = checks.dataset("testset", testset) if testset is not None else None
+        self.mlflow = mlflow
+        self.tracking = tracking.tracking_config(mlflow, tracking_uri, experiment, run_name, run_tags)
         owned = sorted(set(gepa_kwargs or {}) & set(OWNED_GEPA_KWARGS))
         if owned:
             raise ValueError(
@@ -233,27 +255,50 @@ class BatchedGEPA(dspy.GEPA):
 
         owns_pool = self.pool is None
         pool = self.pool or ThreadWorkerPool(self.num_threads or self.default_num_threads())
-        started = time.perf_counter()
+        meter = UsageMeter()
+        tracker = None
         try:
-            result = self._optimize(student, trainset, valset, budget, pool)
+            tracker = tracking.start_for(self, student, trainset, valset, budget, pool.num_workers, meter)
+            started = time.perf_counter()
+            with meter.active():
+                program, gepa_result, adapter, recorder = self._optimize(
+                    student, trainset, valset, budget, pool, meter, tracker
+                )
+                wall_s, usage = time.perf_counter() - started, meter.totals()
+                test_score = None
+                if self.testset:
+                    test_score = holdout_score(program, self.testset, self.metric_fn, pool, self.failure_score)
+        except BaseException as error:
+            if tracker is not None:
+                tracker.fail(error)
+            raise
         finally:
             if owns_pool:
                 pool.close()
-        program, gepa_result, adapter, recorder = result
         base = DspyGEPAResult.from_gepa_result(gepa_result, adapter)
         program.detailed_results = BatchedGEPAResult(
             **{f.name: getattr(base, f.name) for f in fields(DspyGEPAResult)},
             steps=tuple(recorder.steps),
             budget=budget,
             num_workers=pool.num_workers,
-            wall_s=time.perf_counter() - started,
+            wall_s=wall_s,
+            test_score=test_score,
+            usage=usage,
+            mlflow_run_id=tracker.run_id if tracker is not None else None,
         )
+        if tracker is not None:
+            results = program.detailed_results
+            tracker.finish(program, tracking.final_metrics(
+                recorder.steps, max(results.val_aggregate_scores), results.total_metric_calls,
+                len(results.candidates), wall_s, usage, test_score,
+            ), list(recorder.steps))
         return program
 
-    def _optimize(self, student, trainset, valset, budget, pool):
+    def _optimize(self, student, trainset, valset, budget, pool, meter=None, tracker=None):
         recorder = StepRecorder(
-            self.p, self.n, budget, pool, log_dir=self.log_dir, sinks=self.step_sinks,
-            minibatch_size=self.reflection_minibatch_size, val_size=len(valset),
+            self.p, self.n, budget, pool, log_dir=self.log_dir or (tracker.log_dir if tracker else None),
+            sinks=[*self.step_sinks, *([tracker.on_step] if tracker else [])],
+            minibatch_size=self.reflection_minibatch_size, val_size=len(valset), usage=meter,
         )
         predictors = student.named_predictors()
         adapter = BatchedAdapter(
@@ -295,7 +340,7 @@ class BatchedGEPA(dspy.GEPA):
             selection_strategy=BudgetCappedSelection(self.selection, guard, on_selected=recorder.on_selection),
             reflection_strategy=PooledReflection(adapter, self.reflection_lm, pool, on_reflected=recorder.on_reflected),
             stop_callbacks=[ExactBudgetStopper(guard)],
-            callbacks=[recorder, *self.callbacks],
+            callbacks=[recorder, *(tracker.gepa_callbacks if tracker else []), *self.callbacks],
             skip_perfect_score=self.skip_perfect_score,
             perfect_score=self.perfect_score,
             module_selector=self.component_selector,

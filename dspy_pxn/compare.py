@@ -1,0 +1,280 @@
+"""Runs side by side, as the paper compares them: score against metric calls, wall-clock and dollars.
+
+``compare_experiment`` reads the runs of an MLflow experiment through the MLflow API
+(so it works on runs logged live, imported later, or by another machine), draws one
+line per run in three PNGs and writes a markdown table with the speed-up over the 1×1
+run. ``plot_run`` draws a single run's own figures from its StepRecords (artifacts).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dspy_pxn.runlog import Baseline
+from dspy_pxn.steps import StepRecord
+
+FIGSIZE, DPI = (7.0, 4.5), 100  # 700 x 450 px
+PLOTS = {
+    "metric_calls": ("val_vs_metric_calls.png", "metric calls"),
+    "elapsed_s": ("val_vs_wall_clock.png", "wall-clock (s)"),
+    "cost_usd": ("val_vs_dollars.png", "LM cost ($)"),
+}
+TABLE_NAME = "comparison.md"
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """The run after one step (step 0: the seed program's validation)."""
+
+    step: int
+    metric_calls: float
+    elapsed_s: float
+    cost_usd: float | None
+    best_val: float
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One run as MLflow holds it: its configuration, final numbers and best-val curve."""
+
+    run_id: str
+    name: str
+    config: str
+    p: int | None
+    n: int | None
+    status: str
+    iterations: int | None
+    validation_trigger_fraction: float | None
+    wall_s: float | None
+    best_val: float | None
+    test_score: float | None
+    cost_usd: float | None
+    metric_calls: int | None
+    curve: tuple[CurvePoint, ...]
+
+    @property
+    def val_test_gap(self) -> float | None:
+        if self.best_val is None or self.test_score is None:
+            return None
+        return self.best_val - self.test_score
+
+
+@dataclass(frozen=True)
+class Comparison:
+    runs: tuple[RunResult, ...]
+    plots: tuple[str, ...]
+    table_path: str
+    table: str
+
+
+# ----------------------------------------------------------------------------- reading MLflow
+def _number(value: str | None, cast: type = int):
+    try:
+        return cast(float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def load_runs(experiment: str, tracking_uri: str | None = None, parent_run_id: str | None = None) -> list[RunResult]:
+    """The dspy-pxn runs (not sweep parents) of ``experiment``, oldest first."""
+    from mlflow import MlflowClient
+
+    from dspy_pxn.mlflow_io import CONFIG_TAG, KIND_TAG, PARENT_TAG
+    from dspy_pxn.tracking import default_tracking_uri
+
+    uri = tracking_uri or default_tracking_uri()
+    client = MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        names = sorted(e.name for e in client.search_experiments())
+        raise ValueError(f"experiment={experiment!r} does not exist at {uri}; its experiments are {names}. "
+                         "Pass the experiment name the runs were logged to, and tracking_uri=... if not the default.")
+    query = f"tags.`{KIND_TAG}` = 'run'"
+    if parent_run_id:
+        query += f" and tags.`{PARENT_TAG}` = '{parent_run_id}'"
+    runs = []
+    order = ["attributes.start_time ASC"]
+    for run in client.search_runs([found.experiment_id], query, order_by=order, max_results=5000):
+        metrics, params = run.data.metrics, run.data.params
+        histories = {
+            key: {m.step: m.value for m in client.get_metric_history(run.info.run_id, key)}
+            for key in ("best_val", "metric_calls_total", "elapsed_s", "cost_usd_total")
+        }
+        curve = tuple(
+            CurvePoint(
+                step=step,
+                metric_calls=histories["metric_calls_total"].get(step, float("nan")),
+                elapsed_s=histories["elapsed_s"].get(step, float("nan")),
+                cost_usd=histories["cost_usd_total"].get(step),
+                best_val=value,
+            )
+            for step, value in sorted(histories["best_val"].items())
+        )
+        runs.append(
+            RunResult(
+                run_id=run.info.run_id,
+                name=run.info.run_name or run.info.run_id[:8],
+                config=run.data.tags.get(CONFIG_TAG) or f"{params.get('p', '?')}x{params.get('n', '?')}",
+                p=_number(params.get("p")),
+                n=_number(params.get("n")),
+                status=run.info.status,
+                iterations=_number(metrics.get("iterations")),
+                validation_trigger_fraction=metrics.get("validation_trigger_fraction"),
+                wall_s=metrics.get("total_wall_s"),
+                best_val=curve[-1].best_val if curve else None,
+                test_score=metrics.get("test_score"),
+                cost_usd=metrics.get("total_cost_usd"),
+                metric_calls=_number(metrics.get("total_metric_calls")),
+                curve=curve,
+            )
+        )
+    return runs
+
+
+# ----------------------------------------------------------------------------- figures and table
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _labels(runs: Sequence[RunResult]) -> list[str]:
+    """Run names, made unique with a short run id where two runs share one."""
+    names = [run.name for run in runs]
+    return [
+        name if names.count(name) == 1 else f"{name} ({run.run_id[:6]})"
+        for name, run in zip(names, runs, strict=True)
+    ]
+
+
+def plot_comparison(runs: Sequence[RunResult], out_dir: str) -> list[str]:
+    """Best validation score against metric calls, wall-clock and dollars; one line per run."""
+    plt = _pyplot()
+    os.makedirs(out_dir, exist_ok=True)
+    paths = []
+    labels = _labels(runs)
+    for axis, (file_name, axis_label) in PLOTS.items():
+        fig, ax = plt.subplots(figsize=FIGSIZE, dpi=DPI)
+        drawn = 0
+        for run, label in zip(runs, labels, strict=True):
+            points = [(getattr(pt, axis), pt.best_val) for pt in run.curve if getattr(pt, axis) is not None]
+            points = [(x, y) for x, y in points if not math.isnan(x)]  # a metric the run did not log
+            if points:
+                xs, ys = zip(*points, strict=True)
+                ax.plot(xs, ys, drawstyle="steps-post", marker="o", markersize=3, label=label)
+                drawn += 1
+        if not drawn:
+            reason = "no LM prices known to litellm for these runs" if axis == "cost_usd" else "no data"
+            ax.text(0.5, 0.5, reason, ha="center", va="center", transform=ax.transAxes)
+        else:
+            ax.legend(fontsize="small", loc="lower right")
+        ax.set_xlabel(axis_label)
+        ax.set_ylabel("best validation score")
+        ax.set_title(f"Best validation score vs {axis_label}")
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        path = os.path.join(out_dir, file_name)
+        fig.savefig(path)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def comparison_table(runs: Sequence[RunResult]) -> str:
+    """Markdown: config, iterations, validation-trigger fraction, wall, speed-up vs 1×1, scores."""
+    baseline = next((run for run in runs if run.p == 1 and run.n == 1 and run.wall_s), None)
+    header = (
+        "| config | run | iterations | validation-trigger fraction | wall s | speedup vs 1x1 | metric calls "
+        "| cost $ | best val | test | val-test gap |"
+    )
+    lines = [header, "|" + "---|" * (header.count("|") - 1)]
+    for run, label in zip(runs, _labels(runs), strict=True):
+        speedup = baseline.wall_s / run.wall_s if baseline is not None and run.wall_s else None
+        lines.append(
+            f"| {run.config} | {label} | {_fmt(run.iterations)} | {_fmt(run.validation_trigger_fraction, 2)} "
+            f"| {_fmt(run.wall_s, 1)} | {_fmt(speedup, 2)} | {_fmt(run.metric_calls)} | {_fmt(run.cost_usd, 4)} "
+            f"| {_fmt(run.best_val)} | {_fmt(run.test_score)} | {_fmt(run.val_test_gap)} |"
+        )
+    if baseline is None:
+        lines.append("")
+        lines.append("No finished 1x1 run among these runs: speed-up is not computed.")
+    return "\n".join(lines) + "\n"
+
+
+def compare_runs(runs: Sequence[RunResult], out_dir: str) -> Comparison:
+    plots = plot_comparison(runs, out_dir)
+    table = comparison_table(runs)
+    table_path = os.path.join(out_dir, TABLE_NAME)
+    with open(table_path, "w") as handle:
+        handle.write(table)
+    return Comparison(runs=tuple(runs), plots=tuple(plots), table_path=table_path, table=table)
+
+
+def compare_experiment(
+    experiment: str, out_dir: str, tracking_uri: str | None = None, *, parent_run_id: str | None = None
+) -> Comparison:
+    """Read the experiment's runs through MLflow and write the three PNGs and ``comparison.md`` to ``out_dir``.
+
+    ``parent_run_id`` narrows the comparison to the children of one sweep.
+    """
+    runs = load_runs(experiment, tracking_uri, parent_run_id=parent_run_id)
+    if not runs:
+        raise ValueError(
+            f"experiment={experiment!r} has no dspy-pxn runs to compare; log some with "
+            "BatchedGEPA(..., mlflow=True, experiment=...) or dspy_pxn.tracking.import_step_log(log_dir)."
+        )
+    return compare_runs(runs, out_dir)
+
+
+# ----------------------------------------------------------------------------- one run's figures
+def plot_run(steps: Sequence[StepRecord], baseline: Baseline | None, started_at: float, out_dir: str) -> list[str]:
+    """A run's own artifacts: val scores against metric calls, and where each step's time went."""
+    plt = _pyplot()
+    os.makedirs(out_dir, exist_ok=True)
+    calls = [s.metric_calls_total for s in steps]
+    best = [s.best_val for s in steps]
+    mean = [s.mean_val for s in steps]
+    if baseline is not None:
+        calls, best, mean = [baseline.metric_calls, *calls], [baseline.val_score, *best], [baseline.val_score, *mean]
+    fig, ax = plt.subplots(figsize=FIGSIZE, dpi=DPI)
+    ax.plot(calls, best, drawstyle="steps-post", marker="o", markersize=3, label="best val")
+    ax.plot(calls, mean, marker=".", alpha=0.7, label="mean val of the pool")
+    ax.set_xlabel("metric calls")
+    ax.set_ylabel("validation score")
+    ax.set_title("Validation score vs metric calls")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small", loc="lower right")
+    fig.tight_layout()
+    scores = os.path.join(out_dir, "val_vs_metric_calls.png")
+    fig.savefig(scores)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=FIGSIZE, dpi=DPI)
+    index = [s.step for s in steps]
+    bottom = [0.0] * len(steps)
+    for phase in ("reflection_s", "screening_s", "validation_s"):
+        values = [getattr(s, phase) for s in steps]
+        ax.bar(index, values, bottom=bottom, label=phase.removesuffix("_s"))
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    ax.plot(index, [s.wall_s for s in steps], color="black", marker="o", markersize=3, label="step wall-clock")
+    ax.set_xlabel("step")
+    ax.set_ylabel("seconds")
+    ax.set_title("Where each step's time went")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    phases = os.path.join(out_dir, "step_times.png")
+    fig.savefig(phases)
+    plt.close(fig)
+    return [scores, phases]

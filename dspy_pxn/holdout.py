@@ -1,0 +1,40 @@
+"""Score the optimized program on a held-out test set, after the search, on the run's pool.
+
+Run comparisons report a val−test gap, so the test score is computed the same way as
+the validation scores (same metric, same failure scoring, same worker pool) but only
+once the search has ended: the optimizer never sees a test example. It deliberately
+does not use ``dspy.Evaluate``: under ``mlflow.dspy.autolog(log_evals=True)`` that call
+opens an MLflow run of its own, which would appear beside the tracked run as an orphan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import dspy
+from dspy.primitives import Example
+
+from dspy_pxn.adapter import run_rollout
+from dspy_pxn.pool import WorkerPool
+
+
+def score_value(score: Any) -> float:
+    """A GEPA metric may return a number or a Prediction/dict with a ``score``."""
+    if hasattr(score, "score"):
+        score = score.score
+    elif isinstance(score, dict) and "score" in score:
+        score = score["score"]
+    return float(score)
+
+
+def holdout_score(
+    program: dspy.Module,
+    examples: Sequence[Example],
+    metric: Callable[..., Any],
+    pool: WorkerPool,
+    failure_score: float = 0.0,
+) -> float:
+    """Mean metric score of ``program`` over ``examples`` (failures score ``failure_score``)."""
+    results = pool.map(lambda example: run_rollout(program, example, metric, False, failure_score), list(examples))
+    return sum(score_value(result.score) for result in results) / len(results)

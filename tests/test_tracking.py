@@ -1,0 +1,392 @@
+"""MLflow tracking against real stores: a local sqlite store and `mlflow server` processes on loopback."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import dspy
+import mlflow
+import pytest
+from dspy.clients.base_lm import GLOBAL_HISTORY
+from mlflow import MlflowClient
+
+from dspy_pxn import BatchedGEPA, read_step_log
+from dspy_pxn import simulation as sim
+from dspy_pxn.latency_server import LatencyServer
+from dspy_pxn.lineage import VALIDATED, read_proposals
+from dspy_pxn.runlog import RunManifest
+from dspy_pxn.tracking import CONFIG_TAG, KIND_TAG, PARENT_TAG, import_step_log, sweep
+from dspy_pxn.usage import token_prices
+
+SECRET = "sk-test-do-not-log"
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MlflowServer:
+    """`mlflow server` on loopback in its own process group, so the test can kill it outright."""
+
+    def __init__(self, root: str, port: int | None = None):
+        self.root = root
+        self.port = port or free_port()
+        self.uri = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout_s: float = 90.0) -> MlflowServer:
+        env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", MLFLOW_DISABLE_TELEMETRY="true",
+                   MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")  # no huey job runners to leave behind
+        log_path = os.path.join(self.root, f"server-{self.port}.log")
+        command = [
+            sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1",
+            "--backend-store-uri", f"sqlite:///{self.root}/mlflow.db",
+            "--artifacts-destination", f"{self.root}/artifacts",
+        ]
+        with open(log_path, "a") as log:  # the child keeps its own copy of the handle
+            self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"mlflow server exited early; see {log_path}")
+            try:
+                with _NO_PROXY.open(self.uri + "/health", timeout=1) as response:
+                    if response.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.2)
+        self.kill()
+        raise RuntimeError(f"mlflow server not ready within {timeout_s} s; see {log_path}")
+
+    def kill(self) -> None:
+        """SIGKILL the server and its uvicorn worker (its own process group), as a crash would."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+
+@pytest.fixture(scope="module")
+def server():
+    with tempfile.TemporaryDirectory(prefix="mlflow-server-") as root:
+        running = MlflowServer(root).start()
+        yield running
+        running.kill()
+
+
+@pytest.fixture
+def default_mlflow_uri(monkeypatch):
+    """No tracking URI set anywhere, as for a user who never configured MLflow; restored after."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    mlflow.set_tracking_uri(None)
+    yield
+    mlflow.set_tracking_uri(None)
+
+
+def history(client: MlflowClient, run_id: str, key: str) -> dict[int, float]:
+    metrics = client.get_metric_history(run_id, key)
+    steps = [m.step for m in metrics]
+    assert len(steps) == len(set(steps)), f"{key} logged twice at one step: {sorted(steps)}"
+    return {m.step: m.value for m in metrics}
+
+
+def tracking_warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "dspy_pxn.tracking" and r.levelno >= logging.WARNING]
+
+
+def sim_run(**kwargs):
+    train, val, _ = sim.make_splits(seed=0, train=24, val=8, test=12)
+    kwargs.setdefault("reflection_lm", sim.SimulatedLM())
+    optimizer = BatchedGEPA(metric=sim.metric, num_threads=8, **kwargs)
+    with dspy.context(lm=sim.SimulatedLM()):
+        return optimizer.compile(sim.seed_program(), trainset=train, valset=val)
+
+
+# ----------------------------------------------------------------------------- a P×N run on a server
+def test_pxn_run_on_the_latency_server_is_mirrored_step_by_step(server, tmp_path):
+    train, val, _ = sim.make_splits(seed=0, train=24, val=8, test=10)
+    log_dir = str(tmp_path / "run")
+    with LatencyServer(task_latency=0.01, reflection_latency=0.05) as lm_server:
+        # A model name litellm's price map knows, served by the loopback server: every call has a price.
+        def lm(**kw):
+            return dspy.LM("openai/gpt-4o-mini", api_base=lm_server.base_url, api_key=SECRET, cache=False,
+                           num_retries=0, engine="litellm", **kw)
+
+        optimizer = BatchedGEPA(
+            metric=sim.metric, p=2, n=2, max_metric_calls=110, num_threads=8, reflection_lm=lm(temperature=1.0),
+            tracking_uri=server.uri, experiment="pxn-latency", run_name="2x2 on loopback", log_dir=log_dir,
+            run_tags={"dataset": "sim-rules"},
+        )
+        seen = {entry["uuid"] for entry in GLOBAL_HISTORY}
+        with dspy.context(lm=lm(temperature=0.0)):
+            result = optimizer.compile(sim.seed_program(), trainset=train, valset=val).detailed_results
+        calls = lm_server.stats()["calls"]
+    ours = [entry for entry in GLOBAL_HISTORY if entry["uuid"] not in seen]
+    steps = result.steps
+    assert len(steps) >= 2 and max(s.width for s in steps) == 4
+
+    # Tokens and dollars: every LM call counted once; dollars agree with litellm's own response_cost.
+    assert result.usage.lm_calls == len(ours) == calls["total"]
+    assert result.usage.unpriced_calls == 0
+    assert result.usage.cost_usd == pytest.approx(sum(entry["cost"] for entry in ours), rel=1e-9)
+    prompt_price, completion_price = token_prices("openai/gpt-4o-mini")
+    for step in steps:
+        assert step.lm_calls > 0 and step.prompt_tokens > 0
+        priced = step.prompt_tokens * prompt_price + step.completion_tokens * completion_price
+        assert step.cost_usd == pytest.approx(priced)
+    manifest = RunManifest.load(log_dir)
+    assert manifest.baseline.cost_usd + sum(s.cost_usd for s in steps) == pytest.approx(result.usage.cost_usd)
+    assert steps[-1].cost_usd_total == pytest.approx(result.usage.cost_usd)
+
+    client = MlflowClient(server.uri)
+    run = client.get_run(result.mlflow_run_id)
+    assert run.info.status == "FINISHED" and run.info.run_name == "2x2 on loopback"
+    assert client.get_experiment(run.info.experiment_id).name == "pxn-latency"
+    params = run.data.params
+    assert {k: params[k] for k in ("p", "n", "num_workers", "budget", "seed", "selection")} == {
+        "p": "2", "n": "2", "num_workers": "8", "budget": "110", "seed": "0", "selection": "all"}
+    assert params["task_lm"] == params["reflection_lm"] == "openai/gpt-4o-mini"
+    assert (params["program"], params["dataset"], params["trainset_size"], params["valset_size"]) == (
+        "ChainOfThought", "sim-rules", "24", "8")
+    assert run.data.tags[CONFIG_TAG] == "2x2" and run.data.tags[KIND_TAG] == "run"
+    with open(os.path.join(log_dir, "run.json")) as handle:
+        logged_text = json.dumps([run.data.params, run.data.tags]) + handle.read()
+    assert SECRET not in logged_text and lm_server.base_url not in logged_text
+
+    # One MLflow step per StepRecord, each metric equal to the record; step 0 is the seed validation.
+    record_steps = [s.step for s in steps]
+    for key in ("proposals", "accepted", "full_validation", "mean_val", "pareto_front_size", "metric_calls",
+                "wall_s", "reflection_s", "screening_s", "validation_s", "worker_utilisation", "p", "n",
+                "prompt_tokens", "completion_tokens", "cost_usd"):
+        logged = history(client, run.info.run_id, key)
+        if key in ("mean_val", "pareto_front_size"):
+            assert logged.pop(0) == (manifest.baseline.val_score if key == "mean_val" else 1.0)
+        assert sorted(logged) == record_steps, key
+        assert [logged[s.step] for s in steps] == pytest.approx([float(getattr(s, key)) for s in steps]), key
+    best = history(client, run.info.run_id, "best_val")
+    assert best == pytest.approx({0: result.val_aggregate_scores[0], **{s.step: s.best_val for s in steps}})
+    calls_total = history(client, run.info.run_id, "metric_calls_total")
+    assert calls_total[0] == len(val) and calls_total[steps[-1].step] == result.total_metric_calls
+    elapsed = history(client, run.info.run_id, "elapsed_s")
+    assert list(elapsed.values()) == sorted(elapsed.values()) and elapsed[steps[-1].step] <= result.wall_s + 0.05
+    final = run.data.metrics
+    assert final["total_metric_calls"] == result.total_metric_calls <= 110
+    assert final["iterations"] == len(steps)
+    assert final["validation_trigger_fraction"] == pytest.approx(sum(s.full_validation for s in steps) / len(steps))
+    assert final["total_wall_s"] == pytest.approx(result.wall_s)
+    assert final["total_cost_usd"] == pytest.approx(result.usage.cost_usd)
+    assert "test_score" not in final  # no testset given
+
+    # Artifacts: optimized program, lineage, per-proposal table, step log, plots.
+    names = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"program.json", "candidates.csv", "proposals.csv", "steps.jsonl", "run.json", "plots"} <= names
+    assert {a.path for a in client.list_artifacts(run.info.run_id, "plots")} == {
+        "plots/val_vs_metric_calls.png", "plots/step_times.png"}
+    downloaded = client.download_artifacts(run.info.run_id, "program.json", str(tmp_path / "dl"))
+    loaded = sim.seed_program()
+    loaded.load(downloaded)
+    best_program = result.candidates[result.best_idx]
+    best_instructions = best_program.predict.signature.instructions
+    assert loaded.predict.signature.instructions == best_instructions != sim.seed_instruction()
+    steps_file = client.download_artifacts(run.info.run_id, "steps.jsonl", str(tmp_path / "dl"))
+    assert read_step_log(os.path.dirname(steps_file)) == list(steps)
+    import csv
+
+    with open(client.download_artifacts(run.info.run_id, "candidates.csv", str(tmp_path / "dl"))) as handle:
+        candidates = list(csv.DictReader(handle))
+    assert [json.loads(row["parents"]) for row in candidates] == [
+        [p for p in parents if p is not None] for parents in result.parents]
+    assert [float(row["val_score"]) for row in candidates] == pytest.approx(result.val_aggregate_scores)
+    proposals = read_proposals(log_dir)
+    assert len(proposals) == sum(s.width for s in steps)
+    assert sorted(p.candidate for p in proposals if p.outcome == VALIDATED) == list(range(1, len(result.candidates)))
+    for p in proposals:
+        if p.outcome == VALIDATED:
+            assert p.parent in [q for q in result.parents[p.candidate] if q is not None]
+            assert p.child_minibatch_score > p.parent_minibatch_score
+
+
+# ----------------------------------------------------------------------------- sweeps and nesting
+def _all_runs(client: MlflowClient):
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    return client.search_runs(experiments, max_results=5000)
+
+
+def test_a_sweep_is_one_parent_with_a_child_per_config_and_no_orphans(server, tmp_path):
+    """mlflow.dspy.autolog on, and the test set scored in worker threads: still exactly 3 new runs."""
+    client = MlflowClient(server.uri)
+    before = {r.info.run_id for r in _all_runs(client)}
+    mlflow.set_tracking_uri(server.uri)  # where autolog's fluent runs (orphans) would go
+    mlflow.dspy.autolog(log_traces=False, log_evals=True, log_compiles=True, silent=True)
+    try:
+        with sweep("grid", experiment="pxn-sweep", tracking_uri=server.uri, log_dir=str(tmp_path / "sweep")) as grid:
+            testset = sim.make_splits(seed=0, test=12).test
+            results = [sim_run(p=p, n=n, max_metric_calls=70, testset=testset).detailed_results
+                       for p, n in [(1, 1), (2, 1)]]
+    finally:
+        mlflow.dspy.autolog(disable=True)
+        mlflow.set_tracking_uri(None)
+    new = [r for r in _all_runs(client) if r.info.run_id not in before]
+    assert len(new) == 3, [(r.info.run_name, r.data.tags.get(PARENT_TAG)) for r in new]
+    parent = next(r for r in new if r.data.tags[KIND_TAG] == "sweep")
+    children = [r for r in new if r is not parent]
+    assert parent.info.run_id == grid.run_id and parent.info.status == "FINISHED"
+    assert {r.data.tags[PARENT_TAG] for r in children} == {grid.run_id}
+    assert {r.info.experiment_id for r in new} == {parent.info.experiment_id}
+    assert sorted(r.info.run_id for r in children) == sorted(r.mlflow_run_id for r in results)
+    for child, result in zip(sorted(children, key=lambda r: r.data.params["p"]), results, strict=True):
+        assert child.data.metrics["test_score"] == pytest.approx(result.test_score)
+        assert child.data.metrics["val_test_gap"] == pytest.approx(max(result.val_aggregate_scores) - result.test_score)
+    comparison = {a.path for a in client.list_artifacts(grid.run_id, "comparison")}
+    assert {"comparison/comparison.md", "comparison/val_vs_metric_calls.png"} <= comparison
+
+
+def test_a_run_compiled_inside_the_callers_mlflow_run_nests_under_it(tmp_path, default_mlflow_uri, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    outer_experiment = MlflowClient().create_experiment("outer-experiment")
+    with mlflow.start_run(run_name="outer", experiment_id=outer_experiment) as outer:
+        result = sim_run(p=2, n=1, max_metric_calls=60, mlflow=True).detailed_results
+    client = MlflowClient()
+    child = client.get_run(result.mlflow_run_id)
+    assert child.data.tags[PARENT_TAG] == outer.info.run_id
+    assert child.info.experiment_id == outer.info.experiment_id
+    assert len(client.search_runs([outer.info.experiment_id])) == 2
+
+
+# ----------------------------------------------------------------------------- the embedded default
+def test_without_a_uri_runs_go_to_the_local_store_that_mlflow_ui_opens(tmp_path, default_mlflow_uri, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = sim_run(p=2, n=2, max_metric_calls=60, mlflow=True).detailed_results
+    assert result.mlflow_run_id is not None
+    port = free_port()
+    ui = subprocess.Popen(
+        # No store option: `mlflow ui` opens its default in its working directory (one worker, to start fast).
+        [sys.executable, "-m", "mlflow", "ui", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        env=dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"),
+    )
+    try:
+        ui_uri = MlflowServer(str(tmp_path), port).uri
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                with _NO_PROXY.open(ui_uri + "/health", timeout=1):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline and ui.poll() is None, "mlflow ui did not start"
+                time.sleep(0.2)
+        seen_by_ui = MlflowClient(ui_uri)
+        run = seen_by_ui.get_run(result.mlflow_run_id)
+        assert seen_by_ui.get_experiment(run.info.experiment_id).name == "dspy-pxn"
+        assert len(seen_by_ui.get_metric_history(run.info.run_id, "best_val")) == len(result.steps) + 1
+        assert "program.json" in {a.path for a in seen_by_ui.list_artifacts(run.info.run_id)}
+    finally:
+        os.killpg(ui.pid, signal.SIGKILL)
+        ui.wait(timeout=10)
+
+
+# ----------------------------------------------------------------------------- MLflow going away
+def test_tracking_server_killed_mid_run_then_the_log_dir_is_imported(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="dspy_pxn.tracking")
+    log_dir = str(tmp_path / "run")
+    tracking = MlflowServer(str(tmp_path)).start()
+    try:
+        def kill_at_step_2(record):
+            if record.step == 2:
+                time.sleep(1.0)  # let step 1 reach the server, so the kill falls between two calls
+                tracking.kill()
+
+        started = time.monotonic()
+        result = sim_run(p=2, n=2, max_metric_calls=150, tracking_uri=tracking.uri, experiment="killed",
+                         log_dir=log_dir, step_sinks=[kill_at_step_2]).detailed_results
+        assert time.monotonic() - started < 20, "the optimizer waited on the dead server"
+        assert len(result.steps) >= 3  # steps 2 and later never reached the live server
+        assert read_step_log(log_dir) == list(result.steps)
+        warnings = tracking_warnings(caplog)
+        assert len(warnings) == 1 and log_dir in warnings[0] and "import_step_log" in warnings[0]
+        manifest = RunManifest.load(log_dir)
+        assert manifest.status == "FINISHED" and manifest.run_id == result.mlflow_run_id and manifest.final is not None
+
+        tracking.start()  # same port, same store: the run is still there, marked RUNNING
+        client = MlflowClient(tracking.uri)
+        assert client.get_run(result.mlflow_run_id).info.status == "RUNNING"
+        assert len(history(client, result.mlflow_run_id, "best_val")) < len(result.steps) + 1
+        [imported] = import_step_log(log_dir)
+        assert imported.resumed and imported.run_id == result.mlflow_run_id and imported.steps_logged >= 1
+        run = client.get_run(result.mlflow_run_id)
+        assert run.info.status == "FINISHED"
+        assert sorted(history(client, run.info.run_id, "best_val")) == list(range(len(result.steps) + 1))
+        assert run.data.metrics["total_metric_calls"] == result.total_metric_calls
+        assert "candidates.csv" in {a.path for a in client.list_artifacts(run.info.run_id)}
+        # Importing again changes nothing.
+        [again] = import_step_log(log_dir)
+        assert again.run_id == run.info.run_id and again.steps_logged == 0
+        assert len(client.get_metric_history(run.info.run_id, "best_val")) == len(result.steps) + 1
+        assert len(client.search_runs([run.info.experiment_id])) == 1
+    finally:
+        tracking.kill()
+
+
+def test_unreachable_server_at_start_warns_once_and_the_run_imports_later(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="dspy_pxn.tracking")
+    dead = f"http://127.0.0.1:{free_port()}"
+    log_dir = str(tmp_path / "run")
+    result = sim_run(p=2, n=1, max_metric_calls=80, tracking_uri=dead, log_dir=log_dir).detailed_results
+    assert result.mlflow_run_id is None and len(result.steps) >= 2
+    assert len(tracking_warnings(caplog)) == 1
+    with pytest.raises(ConnectionError, match="unreachable"):
+        import_step_log(log_dir)  # still down: import says so instead of hanging in retries
+    store = f"sqlite:///{tmp_path}/later.db"
+    [imported] = import_step_log(log_dir, tracking_uri=store, experiment="later")
+    assert not imported.resumed and imported.steps_logged == len(result.steps)
+    client = MlflowClient(store)
+    run = client.get_run(imported.run_id)
+    assert run.info.status == "FINISHED" and run.data.params["p"] == "2"
+    assert history(client, run.info.run_id, "metric_calls_total")[len(result.steps)] == result.total_metric_calls
+
+
+def test_an_untracked_run_log_dir_imports_from_its_steps_alone(tmp_path):
+    log_dir = str(tmp_path / "plain")
+    result = sim_run(p=1, n=1, max_metric_calls=60, log_dir=log_dir).detailed_results
+    assert not os.path.exists(os.path.join(log_dir, "run.json"))
+    store = f"sqlite:///{tmp_path}/store.db"
+    [imported] = import_step_log(log_dir, tracking_uri=store)
+    client = MlflowClient(store)
+    run = client.get_run(imported.run_id)
+    assert run.data.params["p"] == "1" and run.data.tags[CONFIG_TAG] == "1x1"
+    assert sorted(history(client, run.info.run_id, "best_val")) == [s.step for s in result.steps]
+    assert {a.path for a in client.list_artifacts(run.info.run_id, "plots")} == {
+        "plots/val_vs_metric_calls.png", "plots/step_times.png"}
+
+
+# ----------------------------------------------------------------------------- argument errors
+def test_tracking_arguments_are_checked_before_any_lm_call(tmp_path):
+    with pytest.raises(ValueError, match="mlflow=False contradicts"):
+        BatchedGEPA(metric=sim.metric, max_metric_calls=50, reflection_lm=sim.SimulatedLM(), mlflow=False,
+                    tracking_uri="http://127.0.0.1:5000")
+    with pytest.raises(ValueError, match="run_tags must map strings"):
+        BatchedGEPA(metric=sim.metric, max_metric_calls=50, reflection_lm=sim.SimulatedLM(), run_tags={"n": 1})
+    with pytest.raises(ValueError, match="experiment must be a non-empty string"):
+        BatchedGEPA(metric=sim.metric, max_metric_calls=50, reflection_lm=sim.SimulatedLM(), experiment="")
+    with pytest.raises(FileNotFoundError, match="not a dspy-pxn run directory"):
+        import_step_log(str(tmp_path))
+    store = f"sqlite:///{tmp_path}/s.db"
+    with (
+        sweep("s", tracking_uri=store, log_dir=str(tmp_path / "s")),
+        pytest.raises(ValueError, match="enclosing sweep"),
+    ):
+        sim_run(max_metric_calls=50, tracking_uri="sqlite:///elsewhere.db")
