@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
+import tempfile
 from collections.abc import Sequence
 
 from dspy_pxn.runtime_model import DEFAULT_SHAPES, RunShape, RuntimeModel, parse_shapes
@@ -21,14 +23,41 @@ class UsageError(Exception):
     """A mistake the user can fix from the message alone; printed as one line, exit code 2."""
 
 
-def steps_from_run(run: str) -> list[StepRecord]:
-    """Step records of a finished run: a log_dir, or its steps.jsonl."""
+def steps_from_run(run: str, tracking_uri: str | None = None) -> list[StepRecord]:
+    """Step records of a finished run: a log_dir, its steps.jsonl, or an MLflow run id."""
     path = run[: -len(STEP_LOG_NAME)] if run.endswith(STEP_LOG_NAME) else run
     if not os.path.isdir(path or "."):
-        raise UsageError(f"--from-run {run!r} is not a directory; pass the log_dir of a finished BatchedGEPA run.")
+        if re.fullmatch(r"[0-9a-f]{32}", run):
+            return steps_from_mlflow(run, tracking_uri)
+        raise UsageError(
+            f"--from-run {run!r} is neither a directory nor an MLflow run id; pass the log_dir of a finished "
+            "BatchedGEPA run or the run id MLflow shows."
+        )
     steps = read_step_log(path or ".")
     if not steps:
         raise UsageError(f"--from-run {run!r} has no {STEP_LOG_NAME}; run BatchedGEPA(..., log_dir=...) first.")
+    return steps
+
+
+def steps_from_mlflow(run_id: str, tracking_uri: str | None) -> list[StepRecord]:
+    """The step log a tracked run stored as an artifact (every tracked run has one)."""
+    try:
+        import mlflow
+    except ImportError:
+        raise UsageError("reading an MLflow run needs mlflow: pip install -e '.[mlflow]'") from None
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            local = mlflow.artifacts.download_artifacts(
+                run_id=run_id, artifact_path=STEP_LOG_NAME, dst_path=tmp, tracking_uri=tracking_uri
+            )
+        except Exception as error:  # noqa: BLE001 - any MLflow failure is the same user mistake
+            raise UsageError(
+                f"--from-run {run_id}: cannot read {STEP_LOG_NAME} from MLflow ({type(error).__name__}); "
+                "check --tracking-uri and the run id."
+            ) from None
+        steps = read_step_log(os.path.dirname(local))
+    if not steps:
+        raise UsageError(f"--from-run {run_id}: the run's {STEP_LOG_NAME} is empty; did it finish a step?")
     return steps
 
 
@@ -43,7 +72,7 @@ def plan_command(args: argparse.Namespace) -> int:
     shape = RunShape(workers=args.workers, budget=args.budget, val_size=args.val_size,
                      minibatch_size=args.minibatch_size)
     if args.from_run:
-        model = RuntimeModel.fit(steps_from_run(args.from_run))
+        model = RuntimeModel.fit(steps_from_run(args.from_run, args.tracking_uri))
         source = f"fitted from {args.from_run}"
     else:
         model = RuntimeModel(task_s=args.task_latency, reflection_s=args.reflection_latency,
@@ -68,6 +97,28 @@ def plan_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def compare_command(args: argparse.Namespace) -> int:
+    from dspy_pxn.compare import compare_experiment
+
+    comparison = compare_experiment(args.experiment, args.out, args.tracking_uri, parent_run_id=args.sweep)
+    print(comparison.table)
+    print(f"\nwrote {comparison.table_path} and {', '.join(comparison.plots)}")
+    return 0
+
+
+def import_command(args: argparse.Namespace) -> int:
+    from dspy_pxn.tracking import import_step_log
+
+    try:
+        imported = import_step_log(args.log_dir, args.tracking_uri, args.experiment)
+    except FileNotFoundError as error:
+        raise UsageError(str(error)) from None
+    for run in imported:
+        action = "completed" if run.resumed else "created"
+        print(f"{run.log_dir}: {action} MLflow run {run.run_id} ({run.steps_logged} steps logged)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dspy-pxn", description="DSPy's GEPA with P×N parallel proposals.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -77,7 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--budget", type=int, required=True, help="B: max_metric_calls")
     plan.add_argument("--val-size", type=int, required=True, help="|val|: validation examples")
     plan.add_argument("--minibatch-size", type=int, default=3, help="reflection minibatch (default 3)")
-    plan.add_argument("--from-run", metavar="LOG_DIR", help="fit latencies and acceptance from a finished run")
+    plan.add_argument("--from-run", metavar="RUN",
+                      help="fit latencies and acceptance from a finished run: its log_dir or MLflow run id")
+    plan.add_argument("--tracking-uri", help="MLflow tracking URI for --from-run RUN_ID (default: MLflow's)")
     plan.add_argument("--task-latency", type=float, default=ASSUMED_TASK_S, help="T_e in seconds, without --from-run")
     plan.add_argument("--reflection-latency", type=float, default=ASSUMED_REFLECTION_S,
                       help="T_r in seconds, without --from-run")
@@ -87,6 +140,19 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--selection", default="all", help="all | best | k (top-k)")
     plan.add_argument("--top", type=int, default=10, help="rows to show")
     plan.set_defaults(handler=plan_command)
+
+    compare = commands.add_parser("compare", help="plots and a table comparing an experiment's runs (MLflow)")
+    compare.add_argument("--experiment", required=True, help="MLflow experiment name")
+    compare.add_argument("--out", default="comparison", help="directory for the PNGs and comparison.md")
+    compare.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLflow's, e.g. ./mlflow.db)")
+    compare.add_argument("--sweep", metavar="PARENT_RUN_ID", help="compare only the children of this sweep run")
+    compare.set_defaults(handler=compare_command)
+
+    mlflow_import = commands.add_parser("mlflow-import", help="replay a run's log_dir into MLflow")
+    mlflow_import.add_argument("log_dir", help="the run's (or sweep's) log_dir")
+    mlflow_import.add_argument("--tracking-uri", help="destination (default: where the run was tracked)")
+    mlflow_import.add_argument("--experiment", help="destination experiment (default: the run's)")
+    mlflow_import.set_defaults(handler=import_command)
     return parser
 
 
