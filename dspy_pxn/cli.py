@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import sys
@@ -61,6 +62,22 @@ def steps_from_mlflow(run_id: str, tracking_uri: str | None) -> list[StepRecord]
     return steps
 
 
+def describe_fit(model: RuntimeModel, steps: list[StepRecord]) -> str:
+    """Predicted vs measured for the fitted run itself, so the user sees how far to trust the plan."""
+    first, last = steps[0], steps[-1]
+    if not (first.num_workers and first.val_size and first.minibatch_size and first.started_at):
+        return ""
+    shape = RunShape(workers=first.num_workers, budget=first.budget, val_size=first.val_size,
+                     minibatch_size=first.minibatch_size)
+    predicted = model.predict(first.p, first.n, shape)
+    seed_validation = math.ceil(shape.val_size / shape.workers) * model.task_s
+    measured = last.started_at + last.wall_s - first.started_at
+    model_steps = predicted.wall_s - seed_validation
+    return (f"fit check on that run ({first.p}×{first.n}): its {len(steps)} steps took {_duration(measured)}; "
+            f"the model predicts {predicted.iterations} steps in {_duration(model_steps)} "
+            f"({(model_steps - measured) / measured:+.0%})")
+
+
 def _duration(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:.1f} s"
@@ -71,9 +88,12 @@ def _duration(seconds: float) -> str:
 def plan_command(args: argparse.Namespace) -> int:
     shape = RunShape(workers=args.workers, budget=args.budget, val_size=args.val_size,
                      minibatch_size=args.minibatch_size)
+    fit_check = ""
     if args.from_run:
-        model = RuntimeModel.fit(steps_from_run(args.from_run, args.tracking_uri))
+        steps = steps_from_run(args.from_run, args.tracking_uri)
+        model = RuntimeModel.fit(steps)
         source = f"fitted from {args.from_run}"
+        fit_check = describe_fit(model, steps)
     else:
         model = RuntimeModel(task_s=args.task_latency, reflection_s=args.reflection_latency,
                              acceptance=args.acceptance)
@@ -85,7 +105,10 @@ def plan_command(args: argparse.Namespace) -> int:
     print(f"model {source}: T_e={model.task_s:.3g} s, T_r={model.reflection_s:.3g} s, "
           f"acceptance a={model.acceptance:.3f}, step overhead {model.step_overhead_s:.3g} s")
     print(f"W={shape.workers}, B={shape.budget}, |val|={shape.val_size}, m={shape.minibatch_size}, "
-          f"selection={ranked[0].selection}; floor B*T_e/W = {_duration(model.floor(shape))}\n")
+          f"selection={ranked[0].selection}; floor B*T_e/W = {_duration(model.floor(shape))}")
+    if fit_check:
+        print(fit_check)
+    print()
     print("| rank | P×N | predicted wall | x floor | iterations | validation-trigger | metric calls | binds |")
     print("|---|---|---|---|---|---|---|---|")
     for rank, p in enumerate(ranked, 1):
