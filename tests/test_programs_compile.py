@@ -1,0 +1,57 @@
+"""BatchedGEPA compiles each task program for a few steps through the real HTTP path (the latency server).
+
+The server answers every task prompt by filling the declared output fields (its answers
+are made for the synthetic rule task, so here they score 0) and every reflection by
+returning the current instruction: enough to drive whole P×N steps — rollouts, metric
+with feedback, reflective dataset, proposals, validation — through dspy.LM -> litellm ->
+HTTP without any error, which is what these tests check.
+"""
+
+import dspy
+import pytest
+
+from dspy_pxn import BatchedGEPA
+from dspy_pxn.latency_server import LatencyServer
+from programs import hover, math_solver
+from programs.data import load_hover, load_livebench_math
+from programs.demo_corpus import write_claims_corpus
+from programs.retrieval import build_index
+from tests.test_programs_helpers import require_data
+
+
+@pytest.fixture(scope="module")
+def server():
+    with LatencyServer() as srv:
+        yield srv
+
+
+def compile_on(server, program, metric, train, val, budget):
+    optimizer = BatchedGEPA(metric=metric, p=2, n=1, max_metric_calls=budget, num_threads=4,
+                            reflection_lm=server.lm("reflection"), warn_on_score_mismatch=False)
+    server.reset_stats()
+    with dspy.context(lm=server.lm("task")):
+        best = optimizer.compile(program, trainset=train, valset=val)
+    return best, server.stats()["calls"]
+
+
+def test_batched_gepa_compiles_the_math_solver(server):
+    split = load_livebench_math(require_data("livebench_math"))
+    best, calls = compile_on(server, math_solver.MathSolver(), math_solver.metric, split.train[:6], split.val[:4], 30)
+    result = best.detailed_results
+    assert isinstance(best, math_solver.MathSolver)
+    assert len(result.steps) >= 2 and result.total_metric_calls <= 30
+    assert calls["task"] == result.total_metric_calls  # one LM call per rollout, every one through HTTP
+    assert calls["reflection"] >= len(result.steps)
+    assert best.solve.predict.signature.instructions.strip()
+
+
+def test_batched_gepa_compiles_the_hover_agent(server, tmp_path):
+    split = load_hover(require_data("hover/hover_dev_release_v1.1.json"))
+    index = build_index(write_claims_corpus(split.train[:40], tmp_path / "corpus.jsonl"), tmp_path / "index")
+    best, calls = compile_on(server, hover.HoverAgent(index), hover.metric, split.train[:6], split.val[:3], 27)
+    result = best.detailed_results
+    assert isinstance(best, hover.HoverAgent) and best.retriever is index
+    assert len(result.steps) >= 2 and result.total_metric_calls <= 27
+    assert calls["task"] == 8 * result.total_metric_calls  # four hops of query writer + note taker
+    assert calls["reflection"] >= len(result.steps)
+    assert [name for name, _ in best.named_predictors()] == ["write_query.predict", "take_notes.predict"]
