@@ -31,6 +31,7 @@ from gepa import EvaluationBatch
 from gepa.core.state import _candidate_hash
 
 from dspy_pxn.pool import WorkerPool
+from dspy_pxn.resume import CHECKPOINT_KEY, RunCheckpoint
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +95,32 @@ class BatchedAdapter(DspyAdapter):
         self.pool = pool
         self._on_evaluated = on_evaluated
         self._traced_batches: set[tuple[str, tuple[int, ...]]] = set()
+        self._replays: dict[tuple[str, tuple[int, ...]], EvaluationBatch] = {}
         self._lock = threading.Lock()
+        # Strategy state saved with gepa's own state file (dspy_pxn.resume); None: nothing to save.
+        self.checkpoint: RunCheckpoint | None = None
+
+    # -- gepa's adapter-state hook: our strategies' state is pickled with gepa's ----------------
+    def get_adapter_state(self) -> dict[str, Any]:
+        return {CHECKPOINT_KEY: self.checkpoint.snapshot()} if self.checkpoint is not None else {}
+
+    def set_adapter_state(self, state: dict[str, Any]) -> None:
+        saved = state.get(CHECKPOINT_KEY)
+        if self.checkpoint is not None and saved is not None:
+            self.checkpoint.restore(saved)
+
+    def replay_once(self, candidate: dict[str, str], batch: Sequence[Example], evaluation: EvaluationBatch) -> None:
+        """Answer the next evaluation of (candidate, batch) with ``evaluation`` instead of running it.
+
+        On resume gepa re-evaluates the seed on the valset before it loads its saved state,
+        then discards the result; the saved scores answer that call without LM calls.
+        """
+        with self._lock:
+            self._replays[self._batch_key(candidate, batch)] = evaluation
+
+    def _take_replay(self, candidate: dict[str, str], batch: Sequence[Example]) -> EvaluationBatch | None:
+        with self._lock:
+            return self._replays.pop(self._batch_key(candidate, batch), None)
 
     def expect_parent_evaluations(self, batches: Sequence[tuple[dict[str, str], Sequence[Example]]]) -> None:
         """Mark (parent candidate, minibatch) pairs whose next evaluation must capture traces.
@@ -131,6 +157,10 @@ class BatchedAdapter(DspyAdapter):
         return self._evaluate_many(jobs)
 
     def _evaluate_many(self, jobs: list[tuple[dict[str, str], Sequence[Example], bool]]) -> list[EvaluationBatch]:
+        replayed = [self._take_replay(candidate, batch) for candidate, batch, _ in jobs]
+        if any(r is not None for r in replayed):
+            fresh = iter(self._evaluate_many([job for job, r in zip(jobs, replayed, strict=True) if r is None]))
+            return [r if r is not None else next(fresh) for r in replayed]
         start = time.perf_counter()
         programs = [self._build_or_none(candidate) for candidate, _, _ in jobs]
         tasks = [

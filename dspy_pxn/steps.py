@@ -155,7 +155,7 @@ class StepRecorder:
         busy = self.pool.busy_seconds() - self._busy0
         scores = state.program_full_scores_val_set
         record = StepRecord(
-            step=len(self.steps) + 1,
+            step=state.i + 1,  # gepa's iteration number, so a resumed run continues the numbering
             kind=self._kind,
             p=self.p,
             n=self.n,
@@ -188,6 +188,18 @@ class StepRecorder:
         )
         self.steps.append(record)
         self._write(record)
+
+    def resume_after(self, completed_steps: int) -> None:
+        """Continue a resumed run's log: keep the records of the steps gepa's saved state
+        includes, drop the step that was in flight when the run died."""
+        if self.log_dir is None:
+            return
+        kept = [record for record in read_step_log(self.log_dir) if record.step <= completed_steps]
+        self.steps = kept
+        path = os.path.join(self.log_dir, STEP_LOG_NAME)
+        with open(path + ".tmp", "w") as handle:
+            handle.writelines(record.to_json() + "\n" for record in kept)
+        os.replace(path + ".tmp", path)
 
     # -- internals ------------------------------------------------------------------
     def _reset(self, state: GEPAState | None) -> None:

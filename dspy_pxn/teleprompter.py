@@ -38,7 +38,7 @@ from gepa.strategies.candidate_selector import (
 )
 from gepa.strategies.proposal_selection import SelectionStrategy
 
-from dspy_pxn import checks, tracking
+from dspy_pxn import checks, resume, tracking
 from dspy_pxn.adapter import BatchedAdapter
 from dspy_pxn.holdout import holdout_score
 from dspy_pxn.pool import ThreadWorkerPool, WorkerPool
@@ -252,6 +252,9 @@ class BatchedGEPA(dspy.GEPA):
         valset = checks.dataset("valset", valset) if valset is not None else trainset
         budget = self.metric_call_budget(student, trainset, valset)
         checks.budget_covers_validation(budget, len(valset))
+        saved_state = resume.load_saved_state(self.log_dir)
+        if saved_state is not None:
+            resume.check_resumable(saved_state, self.run_settings(student, trainset, valset), self.log_dir)
 
         owns_pool = self.pool is None
         pool = self.pool or ThreadWorkerPool(self.num_threads or self.default_num_threads())
@@ -262,7 +265,7 @@ class BatchedGEPA(dspy.GEPA):
             started = time.perf_counter()
             with meter.active():
                 program, gepa_result, adapter, recorder = self._optimize(
-                    student, trainset, valset, budget, pool, meter, tracker
+                    student, trainset, valset, budget, pool, meter, tracker, saved_state
                 )
                 wall_s, usage = time.perf_counter() - started, meter.totals()
                 test_score = None
@@ -294,7 +297,15 @@ class BatchedGEPA(dspy.GEPA):
             ), list(recorder.steps))
         return program
 
-    def _optimize(self, student, trainset, valset, budget, pool, meter=None, tracker=None):
+    def run_settings(self, student: Module, trainset: list[Example], valset: list[Example]) -> resume.RunSettings:
+        """What a resume from ``log_dir`` must keep unchanged (see dspy_pxn.resume)."""
+        return resume.RunSettings.of(
+            p=self.p, n=self.n, minibatch_size=self.reflection_minibatch_size, seed=self.seed,
+            selection=tracking.selection_label(self.selection), use_merge=self.use_merge,
+            trainset=trainset, valset=valset, seed_candidate=seed_candidate(student),
+        )
+
+    def _optimize(self, student, trainset, valset, budget, pool, meter=None, tracker=None, saved_state=None):
         recorder = StepRecorder(
             self.p, self.n, budget, pool, log_dir=self.log_dir or (tracker.log_dir if tracker else None),
             sinks=[*self.step_sinks, *([tracker.on_step] if tracker else [])],
@@ -325,17 +336,25 @@ class BatchedGEPA(dspy.GEPA):
         # One RNG shared by parent selection and minibatch shuffling, as gepa.optimize does,
         # so a 1×1 run draws the same parents and minibatches as dspy.GEPA.
         rng = random.Random(self.seed)
+        sampler = SequentialMinibatchSampler(self.reflection_minibatch_size, rng)
+        adapter.checkpoint = resume.RunCheckpoint(self.run_settings(student, trainset, valset), sampler, rng)
+        if saved_state is not None:
+            completed = saved_state.i + 1
+            logger.info("Resuming from log_dir=%s after step %d (%d of %d metric calls spent).",
+                        self.log_dir, completed, saved_state.total_num_evals, budget)
+            adapter.replay_once(seed_candidate(student), valset, resume.seed_evaluation(adapter, saved_state, len(valset)))
+            recorder.resume_after(completed)
         candidate_selector = self.candidate_selection_strategy
         if isinstance(candidate_selector, str):
             candidate_selector = CANDIDATE_SELECTORS[candidate_selector](rng)
 
         gepa_result = optimize(
-            seed_candidate={name: pred.signature.instructions for name, pred in predictors},
+            seed_candidate=seed_candidate(student),
             trainset=trainset,
             valset=valset,
             adapter=adapter,
             candidate_selection_strategy=candidate_selector,
-            batch_sampler=SequentialMinibatchSampler(self.reflection_minibatch_size, rng),
+            batch_sampler=sampler,
             sampling_strategy=DistinctParentsPxN(self.p, self.n, guard, on_sampled=on_sampled),
             selection_strategy=BudgetCappedSelection(self.selection, guard, on_selected=recorder.on_selection),
             reflection_strategy=PooledReflection(adapter, self.reflection_lm, pool, on_reflected=recorder.on_reflected),
@@ -356,6 +375,11 @@ class BatchedGEPA(dspy.GEPA):
         )
         program = adapter.build_program(gepa_result.best_candidate)
         return program, gepa_result, adapter, recorder
+
+
+def seed_candidate(student: Module) -> dict[str, str]:
+    """The instructions gepa optimizes, keyed by predictor name."""
+    return {name: pred.signature.instructions for name, pred in student.named_predictors()}
 
 
 def feedback_function(metric: Callable[..., Any], pred_name: str, predictor: Any) -> Callable[..., dict]:

@@ -1,0 +1,144 @@
+"""Resuming a run from its ``log_dir`` exactly where the last completed step left it.
+
+gepa already saves its state to ``run_dir`` at the top of every iteration and reloads
+it on start, but three things break a P×N resume: the strategies' own state (the
+minibatch cursor and the RNG that parent selection and minibatch shuffling share)
+restarts from zero, so the resumed run samples different parents and minibatches than
+the run it continues; gepa evaluates the seed on the whole valset before it looks for
+saved state, paying |val| LM calls whose result it then discards; and nothing stops a
+resume under different settings from mixing two runs into one state.
+
+``RunCheckpoint`` rides on gepa's own adapter-state hook (``get_adapter_state`` /
+``set_adapter_state``), so our state is pickled in the same file, at the same moment,
+as gepa's: the two can never disagree about which step was the last completed one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from dspy.primitives import Example
+from gepa.core.state import GEPAState
+
+from dspy_pxn.strategies import SequentialMinibatchSampler
+
+logger = logging.getLogger(__name__)
+
+GEPA_STATE_FILE = "gepa_state.bin"
+CHECKPOINT_KEY = "dspy_pxn"
+
+
+def _digest(items: Sequence[Any]) -> str:
+    """Order-sensitive fingerprint of examples or texts (reordering a set changes the run too)."""
+    hasher = hashlib.sha256()
+    for item in items:
+        text = json.dumps(dict(item.toDict()), sort_keys=True, default=str) if isinstance(item, Example) else str(item)
+        hasher.update(text.encode())
+        hasher.update(b"\0")
+    return hasher.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What a resumed run must share with the run it continues. The budget may differ: it
+    only moves the stopping point, so raising it extends a finished run deliberately."""
+
+    p: int
+    n: int
+    minibatch_size: int
+    seed: int
+    selection: str
+    use_merge: bool
+    trainset: str
+    valset: str
+    seed_candidate: str
+
+    @classmethod
+    def of(cls, *, p, n, minibatch_size, seed, selection, use_merge, trainset, valset, seed_candidate) -> RunSettings:
+        return cls(
+            p=p, n=n, minibatch_size=minibatch_size, seed=seed, selection=selection, use_merge=use_merge,
+            trainset=_digest(trainset), valset=_digest(valset),
+            seed_candidate=_digest([f"{k}={v}" for k, v in sorted(seed_candidate.items())]),
+        )
+
+    def differences(self, saved: dict[str, Any]) -> list[str]:
+        return [
+            f"{f.name}: saved {saved.get(f.name)!r}, now {getattr(self, f.name)!r}"
+            for f in fields(self)
+            if saved.get(f.name) != getattr(self, f.name)
+        ]
+
+
+def load_saved_state(log_dir: str | None) -> GEPAState | None:
+    """The state gepa saved in ``log_dir``, or None for a fresh run."""
+    if log_dir is None or not os.path.exists(os.path.join(log_dir, GEPA_STATE_FILE)):
+        return None
+    try:
+        return GEPAState.load(log_dir)
+    except Exception as error:  # noqa: BLE001 - a torn or foreign file must not look like a fresh run
+        raise ValueError(
+            f"log_dir={log_dir!r} holds a {GEPA_STATE_FILE} that cannot be loaded ({type(error).__name__}: {error}); "
+            "point log_dir at a new directory, or delete that file to start over."
+        ) from error
+
+
+def check_resumable(saved: GEPAState, settings: RunSettings, log_dir: str) -> None:
+    """Refuse to continue a run under different settings, naming each difference."""
+    checkpoint = saved.adapter_state.get(CHECKPOINT_KEY)
+    if checkpoint is None:
+        raise ValueError(
+            f"log_dir={log_dir!r} holds a gepa state that BatchedGEPA did not write (e.g. from dspy.GEPA); "
+            "resume it with the optimizer that started it, or use a new log_dir."
+        )
+    different = settings.differences(checkpoint["settings"])
+    if different:
+        raise ValueError(
+            f"log_dir={log_dir!r} holds a run with different settings, so it cannot be resumed: "
+            + "; ".join(different)
+            + ". Resume with the same settings (only the budget may change), or use a new log_dir."
+        )
+
+
+def seed_evaluation(adapter: Any, saved: GEPAState, val_size: int) -> Any:
+    """The seed's saved valset scores, shaped as the evaluation gepa re-requests on start."""
+    scores = saved.prog_candidate_val_subscores[0]
+    return adapter._make_evaluation_batch(
+        outputs=[None] * val_size, raw_scores=[scores.get(i) for i in range(val_size)], trajectories=None
+    )
+
+
+class RunCheckpoint:
+    """The strategies' state, saved and restored through gepa's adapter-state hook."""
+
+    def __init__(self, settings: RunSettings, sampler: SequentialMinibatchSampler, rng: random.Random):
+        self.settings = settings
+        self.sampler = sampler
+        self.rng = rng
+        self.resumed_from_step: int | None = None
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "settings": asdict(self.settings),
+            "sampler_calls": self.sampler.calls,
+            "sampler_epoch": self.sampler.epoch,
+            "sampler_shuffled_ids": list(self.sampler.shuffled_ids),
+            "sampler_last_trainset_size": self.sampler.last_trainset_size,
+            "sampler_id_freqs": dict(self.sampler.id_freqs),
+            "rng": self.rng.getstate(),
+        }
+
+    def restore(self, saved: dict[str, Any]) -> None:
+        self.sampler.calls = saved["sampler_calls"]
+        self.sampler.epoch = saved["sampler_epoch"]
+        self.sampler.shuffled_ids = list(saved["sampler_shuffled_ids"])
+        self.sampler.last_trainset_size = saved["sampler_last_trainset_size"]
+        self.sampler.id_freqs = Counter(saved["sampler_id_freqs"])
+        self.rng.setstate(saved["rng"])

@@ -1,0 +1,155 @@
+"""Crash and resume: kill -9 a run mid-way, resume it from its log_dir, lose nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import dspy
+import pytest
+
+from dspy_pxn import BatchedGEPA, read_step_log
+from dspy_pxn import simulation as sim
+from dspy_pxn.latency_server import LatencyServer
+from dspy_pxn.resume import load_saved_state
+from tests.conftest import seed_program
+
+SETTINGS = dict(p=2, n=2, max_metric_calls=150, num_threads=8, seed=5)
+SPLITS = dict(seed=0, train=24, val=8, test=1)
+
+RUN_SCRIPT = textwrap.dedent('''
+    import sys, dspy
+    from dspy_pxn import BatchedGEPA, simulation as sim
+    url, log_dir = sys.argv[1], sys.argv[2]
+    def lm(kind):
+        return dspy.LM(f"openai/sim-{kind}", api_base=url, api_key="sim", cache=False, temperature=0.0,
+                       num_retries=0, engine="litellm")
+    train, val, _ = sim.make_splits(**%(splits)r)
+    with dspy.context(lm=lm("task")):
+        BatchedGEPA(metric=sim.metric, reflection_lm=lm("reflection"), log_dir=log_dir, **%(settings)r).compile(
+            sim.seed_program(), trainset=train, valset=val)
+''') % {"splits": SPLITS, "settings": SETTINGS}
+
+
+@pytest.fixture(scope="module")
+def server():
+    with LatencyServer(task_latency=0.05, reflection_latency=0.2) as running:
+        yield running
+
+
+def compile_on(server, log_dir, **overrides):
+    train, val, _ = sim.make_splits(**SPLITS)
+    settings = {**SETTINGS, **overrides}
+    with dspy.context(lm=server.lm("task")):
+        return BatchedGEPA(metric=sim.metric, reflection_lm=server.lm("reflection"), log_dir=str(log_dir),
+                           **settings).compile(seed_program(), trainset=train, valset=val)
+
+
+def instructions(results) -> list[str]:
+    return [c.predict.signature.instructions for c in results.candidates]
+
+
+def task_calls(server) -> int:
+    return server.stats()["calls"]["task"]
+
+
+def kill_mid_run(server, log_dir, after_steps: int = 2, timeout_s: float = 60.0) -> None:
+    """Start the run in a subprocess and SIGKILL it once `after_steps` steps are logged."""
+    script = log_dir.parent / "run.py"
+    script.write_text(RUN_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=os.getcwd(), LITELLM_LOCAL_MODEL_COST_MAP="True")
+    process = subprocess.Popen([sys.executable, str(script), server.base_url, str(log_dir)], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(read_step_log(str(log_dir))) < after_steps:
+            assert process.poll() is None, f"run ended before the kill: {process.stderr.read().decode()[-2000:]}"
+            assert time.monotonic() < deadline, "run made no progress"
+            time.sleep(0.02)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=10)
+
+
+def test_a_killed_run_resumes_from_its_last_step_and_ends_as_if_never_interrupted(server, tmp_path):
+    reference = compile_on(server, tmp_path / "reference").detailed_results
+
+    log_dir = tmp_path / "crashed"
+    kill_mid_run(server, log_dir)
+    saved = load_saved_state(str(log_dir))
+    assert saved is not None, "gepa saves its state at the top of every step"
+    completed = saved.i + 1
+    assert completed >= 1 and saved.total_num_evals < SETTINGS["max_metric_calls"]
+
+    calls_before = task_calls(server)
+    resumed = compile_on(server, log_dir).detailed_results
+    resumed_calls = task_calls(server) - calls_before
+
+    # The seed is not re-validated: every task call of the resumed process is a metric call
+    # the saved state had not counted yet, and the budget accounting is exact.
+    assert resumed_calls == resumed.total_metric_calls - saved.total_num_evals
+    assert resumed.total_metric_calls == reference.total_metric_calls <= SETTINGS["max_metric_calls"]
+    # Same parents, minibatches and RNG draws as the uninterrupted run: the same candidates.
+    assert instructions(resumed) == instructions(reference)
+    assert resumed.parents == reference.parents
+    assert resumed.val_aggregate_scores == reference.val_aggregate_scores
+    # One record per step, numbered without gaps or repeats; the in-flight step was redone once.
+    steps = [s.step for s in resumed.steps]
+    assert steps == list(range(1, len(reference.steps) + 1))
+    assert read_step_log(str(log_dir)) == list(resumed.steps)
+    assert [s.metric_calls for s in resumed.steps] == [s.metric_calls for s in reference.steps]
+
+
+def test_resuming_a_finished_run_makes_no_lm_call(server, tmp_path):
+    first = compile_on(server, tmp_path / "done").detailed_results
+    calls_before = server.stats()["calls"]["total"]
+    again = compile_on(server, tmp_path / "done").detailed_results
+    assert server.stats()["calls"]["total"] == calls_before
+    assert again.total_metric_calls == first.total_metric_calls
+    assert again.val_aggregate_scores == first.val_aggregate_scores
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [(dict(p=4), "p: saved 2, now 4"), (dict(n=1), "n: saved 2, now 1"), (dict(seed=6), "seed"),
+     (dict(selection="best"), "selection: saved 'all', now 'best'")],
+)
+def test_resuming_with_other_settings_is_refused_before_any_lm_call(server, tmp_path, change, named):
+    log_dir = tmp_path / "run"
+    compile_on(server, log_dir, max_metric_calls=60)
+    calls_before = server.stats()["calls"]["total"]
+    with pytest.raises(ValueError, match="cannot be resumed") as error:
+        compile_on(server, log_dir, max_metric_calls=60, **change)
+    assert named in str(error.value) and "new log_dir" in str(error.value)
+    assert server.stats()["calls"]["total"] == calls_before
+
+
+def test_resuming_on_another_valset_is_refused(server, tmp_path):
+    log_dir = tmp_path / "run"
+    compile_on(server, log_dir, max_metric_calls=60)
+    train, _, _ = sim.make_splits(**SPLITS)
+    other_val = sim.make_splits(seed=9, train=1, val=8, test=1).val
+    with dspy.context(lm=server.lm("task")), pytest.raises(ValueError, match="valset: saved"):
+        BatchedGEPA(metric=sim.metric, reflection_lm=server.lm("reflection"), log_dir=str(log_dir),
+                    **{**SETTINGS, "max_metric_calls": 60}).compile(seed_program(), trainset=train, valset=other_val)
+
+
+def test_a_larger_budget_extends_a_finished_run(server, tmp_path):
+    log_dir = tmp_path / "run"
+    short = compile_on(server, log_dir, max_metric_calls=60).detailed_results
+    longer = compile_on(server, log_dir, max_metric_calls=150).detailed_results
+    assert longer.total_metric_calls > short.total_metric_calls
+    assert instructions(longer)[: len(short.candidates)] == instructions(short)
+    assert [s.step for s in longer.steps] == list(range(1, len(longer.steps) + 1))
+
+
+def test_an_unreadable_state_file_is_an_error_not_a_fresh_start(server, tmp_path):
+    log_dir = tmp_path / "run"
+    log_dir.mkdir()
+    (log_dir / "gepa_state.bin").write_bytes(b"not a pickle")
+    with pytest.raises(ValueError, match="cannot be loaded"):
+        compile_on(server, log_dir)
