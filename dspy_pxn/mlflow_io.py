@@ -86,6 +86,10 @@ class MlflowMirror:
             return False
         return True
 
+    def reopen(self, run_id: str) -> None:
+        """Mark a run that a killed process left RUNNING (or FAILED) as running again."""
+        self.client.update_run(run_id, status="RUNNING")
+
     def create_run(self, manifest: RunManifest, parent_run_id: str | None, extra_tags: Mapping[str, str] = ()) -> str:
         tags = {**manifest.tags, KIND_TAG: manifest.kind, **dict(extra_tags)}
         if parent_run_id:

@@ -139,9 +139,11 @@ class RunTracker:
     """
 
     def __init__(
-        self, manifest: RunManifest, log_dir: str, usage: UsageMeter | None, flush_timeout_s: float, online: bool
+        self, manifest: RunManifest, log_dir: str, usage: UsageMeter | None, flush_timeout_s: float, online: bool,
+        resumed: bool = False,
     ):
         self.manifest = manifest
+        self.resumed = resumed  # continuing a run from its log_dir: reopen its MLflow run, keep its clock
         self.log_dir = log_dir
         self.usage = usage
         self.flush_timeout_s = flush_timeout_s
@@ -171,7 +173,10 @@ class RunTracker:
         if reason is None:
             try:
                 self._mirror = MlflowMirror(uri)
-                self.manifest.run_id = self._mirror.create_run(self.manifest, self.manifest.parent_run_id)
+                if self.resumed and self._mirror.run_exists(self.manifest.run_id):
+                    self._mirror.reopen(self.manifest.run_id)
+                else:
+                    self.manifest.run_id = self._mirror.create_run(self.manifest, self.manifest.parent_run_id)
                 self._mirror.log_params(self.manifest.run_id, self.manifest.params)
             except Exception as error:  # noqa: BLE001
                 reason = f"{type(error).__name__}: {error}"
@@ -205,6 +210,8 @@ class RunTracker:
     # -- gepa callbacks: the clock starts with gepa (not with MLflow's setup); the seed's
     # -- validation is step 0 of every curve.
     def on_optimization_start(self, event: dict) -> None:
+        if self.resumed:
+            return  # elapsed time keeps counting from the original start
         self.manifest.started_at = time.time()
         self._save_manifest()
 
@@ -527,6 +534,14 @@ def start_run(
             parent_run_id = active.info.run_id
             experiment = _experiment_name(tracking_uri, active.info.experiment_id) or experiment
     run_name = config.run_name or f"BatchedGEPA {config_label}"
+    previous = RunManifest.load(log_dir) if log_dir is not None and resuming(log_dir) else None
+    if previous is not None and previous.kind == "run" and previous.run_id:
+        # The process died mid-run and compile() is resuming it: keep tracking the same MLflow run.
+        previous.status = runlog.RUNNING
+        tracker = RunTracker(previous, log_dir, usage, config.flush_timeout_s, online=online, resumed=True)
+        if parent_sweep is not None:
+            parent_sweep.children.append(log_dir)
+        return tracker
     if log_dir is None:
         log_dir = (
             parent_sweep.child_log_dir(run_name)
@@ -547,6 +562,13 @@ def start_run(
     if parent_sweep is not None:
         parent_sweep.children.append(log_dir)
     return tracker
+
+
+def resuming(log_dir: str) -> bool:
+    """True when compile() will continue a saved run in ``log_dir`` (see dspy_pxn.resume)."""
+    from dspy_pxn.resume import GEPA_STATE_FILE
+
+    return os.path.exists(os.path.join(log_dir, GEPA_STATE_FILE))
 
 
 def _experiment_name(tracking_uri: str, experiment_id: str) -> str | None:

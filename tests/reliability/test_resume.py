@@ -153,3 +153,20 @@ def test_an_unreadable_state_file_is_an_error_not_a_fresh_start(server, tmp_path
     (log_dir / "gepa_state.bin").write_bytes(b"not a pickle")
     with pytest.raises(ValueError, match="cannot be loaded"):
         compile_on(server, log_dir)
+
+
+def test_a_resumed_tracked_run_continues_its_mlflow_run(server, tmp_path):
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    log_dir = tmp_path / "run"
+    first = compile_on(server, log_dir, max_metric_calls=60, tracking_uri=uri, experiment="resume").detailed_results
+    extended = compile_on(server, log_dir, max_metric_calls=150, tracking_uri=uri, experiment="resume").detailed_results
+    assert extended.mlflow_run_id == first.mlflow_run_id
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("resume").experiment_id])
+    assert [r.info.run_id for r in runs] == [first.mlflow_run_id]
+    assert runs[0].info.status == "FINISHED"
+    logged = sorted(m.step for m in client.get_metric_history(first.mlflow_run_id, "metric_calls_total"))
+    assert logged[-1] == len(extended.steps)
+    assert set(range(1, len(extended.steps) + 1)) <= set(logged)
