@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from functools import partial
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -82,6 +83,12 @@ def run_rollout(
         logger.warning("Metric raised on an example; scoring it %s: %s: %s", failure_score, type(error).__name__, error)
         return RolloutResult(prediction, failure_score, trace, f"metric {type(error).__name__}: {error}")
     return RolloutResult(prediction, score, trace)
+
+
+def rollout_task(task: tuple[dspy.Module, Example, bool], metric: Callable[..., Any], failure_score: float) -> RolloutResult:
+    """One pool task: a (program, example, capture-trace) triple, run and scored."""
+    program, example, capture = task
+    return run_rollout(program, example, metric, capture, failure_score)
 
 
 class BatchedAdapter(DspyAdapter):
@@ -169,7 +176,8 @@ class BatchedAdapter(DspyAdapter):
             if program is not None
             for example in batch
         ]
-        results = self.pool.map(self._rollout_task, tasks)
+        # A module-level function and picklable arguments, so remote pools (Ray) can ship it.
+        results = self.pool.map(partial(rollout_task, metric=self.metric_fn, failure_score=self.failure_score), tasks)
         failures = sum(1 for r in results if r.error is not None)
         remaining = iter(results)
         evaluations = []
@@ -190,9 +198,6 @@ class BatchedAdapter(DspyAdapter):
             logger.warning("Candidate failed to build (%s); scoring its batch as failures.", error)
             return None
 
-    def _rollout_task(self, task: tuple[dspy.Module, Example, bool]) -> RolloutResult:
-        program, example, capture = task
-        return run_rollout(program, example, self.metric_fn, capture, self.failure_score)
 
     def _to_evaluation_batch(self, batch: Sequence[Example], results: list[RolloutResult], capture: bool) -> EvaluationBatch:
         trajectories = None

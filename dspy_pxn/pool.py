@@ -21,11 +21,18 @@ R = TypeVar("R")
 
 @runtime_checkable
 class WorkerPool(Protocol):
-    """What the optimizer needs from a pool: ordered map, size, usage counters, close."""
+    """What the optimizer needs from a pool: ordered map, size, usage counters, close.
+
+    ``map`` runs rollouts wherever the pool's workers are (for a remote pool, ``fn`` and the
+    items must be picklable); ``map_local`` runs work that must stay in this process, such
+    as reflection, which reads the optimizer's state.
+    """
 
     num_workers: int
 
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]: ...
+
+    def map_local(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]: ...
 
     def busy_seconds(self) -> float: ...
 
@@ -63,6 +70,10 @@ class ThreadWorkerPool:
             self._executor.submit(contextvars.copy_context().run, self._timed, fn, item) for item in items
         ]
         return [future.result() for future in futures]
+
+    def map_local(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        """The workers are local threads already."""
+        return self.map(fn, items)
 
     def _timed(self, fn: Callable[[T], R], item: T) -> R:
         self._local.inside = True

@@ -76,7 +76,8 @@ class PooledReflection:
         start = time.perf_counter()
         rollout_ids = mutation_rollout_ids(jobs)
         self._note_deterministic_repeats(rollout_ids)
-        proposals = self.pool.map(self._propose_one, list(zip(jobs, rollout_ids, strict=True)))
+        # Reflection reads the optimizer's state, so it runs on the driver even when rollouts are remote.
+        proposals = self.pool.map_local(self._propose_one, list(zip(jobs, rollout_ids, strict=True)))
         failed = sum(1 for p in proposals if not p.new_texts)
         if self._on_reflected is not None:
             self._on_reflected(time.perf_counter() - start, len(jobs), failed)

@@ -18,6 +18,7 @@ work. Turn it on with ``use_merge=True``; its cost is then part of the budget gu
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -105,7 +106,9 @@ class BatchedGEPA(dspy.GEPA):
         callbacks: gepa callbacks, notified alongside the step recorder.
         step_sinks: callables receiving each ``StepRecord`` as it is written.
         pool: a WorkerPool to run rollouts on (default: a thread pool of num_threads,
-            created and closed by each compile; a pool passed here is left open).
+            created and closed by each compile; a pool passed here is left open), or "ray"
+            for a ``dspy_pxn.ray_pool.RayWorkerPool`` of num_threads slots on the cluster at
+            ``RAY_ADDRESS`` (a local Ray when unset), created and closed by each compile.
         testset: held-out examples scored once, after the search, on the same pool
             (``detailed_results.test_score``; MLflow ``test_score``). Given here, not to
             ``compile``, so ``compile`` keeps DSPy's signature; the search never sees it.
@@ -147,7 +150,7 @@ class BatchedGEPA(dspy.GEPA):
         track_best_outputs: bool = False,
         warn_on_score_mismatch: bool = True,
         display_progress_bar: bool = False,
-        pool: WorkerPool | None = None,
+        pool: WorkerPool | str | None = None,
         callbacks: Sequence[Any] = (),
         step_sinks: Sequence[Callable[[StepRecord], None]] = (),
         gepa_kwargs: dict[str, Any] | None = None,
@@ -212,6 +215,8 @@ class BatchedGEPA(dspy.GEPA):
         )
         self.candidate_selection_strategy = candidate_selection_strategy
         self.display_progress_bar = display_progress_bar
+        if isinstance(pool, str) and pool != "ray":
+            raise ValueError(f"pool={pool!r} is not understood: pass 'ray', a WorkerPool instance, or None for threads.")
         self.pool = pool
         self.callbacks = list(callbacks)
         self.step_sinks = list(step_sinks)
@@ -230,6 +235,15 @@ class BatchedGEPA(dspy.GEPA):
         if self.max_full_evals is not None:
             return self.max_full_evals * (len(trainset) + len(valset))
         return self.max_metric_calls
+
+    def make_pool(self) -> WorkerPool:
+        """The pool this compile owns: threads, or Ray actors for ``pool="ray"`` (same W)."""
+        workers = self.num_threads or self.default_num_threads()
+        if self.pool == "ray":
+            from dspy_pxn.ray_pool import RayWorkerPool
+
+            return RayWorkerPool(address=os.environ.get("RAY_ADDRESS"), max_concurrency=workers)
+        return ThreadWorkerPool(workers)
 
     def default_num_threads(self) -> int:
         return max(self.p * self.n * self.reflection_minibatch_size, dspy.settings.num_threads or 1)
@@ -256,8 +270,8 @@ class BatchedGEPA(dspy.GEPA):
         if saved_state is not None:
             resume.check_resumable(saved_state, self.run_settings(student, trainset, valset), self.log_dir)
 
-        owns_pool = self.pool is None
-        pool = self.pool or ThreadWorkerPool(self.num_threads or self.default_num_threads())
+        owns_pool = self.pool is None or self.pool == "ray"
+        pool = self.make_pool() if owns_pool else self.pool
         meter = UsageMeter()
         tracker = None
         try:

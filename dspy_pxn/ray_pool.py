@@ -1,0 +1,165 @@
+"""Rollouts on a Ray cluster, behind the same WorkerPool interface as the thread pool.
+
+When one machine's threads are not enough (an agent in a sandbox, a local model per GPU
+node), rollouts run on Ray while the optimizer's loop, reflection included, stays on the
+driver. Rollouts are I/O-bound LM calls, so a Ray task per rollout would waste a worker
+process (and its dspy import) on each one; instead a few long-lived *threaded actors*
+each run many rollouts at once, and ``max_concurrency`` caps the total like W caps the
+thread pool. A killed actor is restarted by Ray and its in-flight calls are retried
+(``max_task_retries``); a call that still fails raises ``WorkerLostError`` instead of
+hanging the step.
+
+Ray is an optional extra (``pip install 'dspy-pxn[ray]'``): importing dspy_pxn never
+imports ray; constructing a ``RayWorkerPool`` does.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import dspy
+
+from dspy_pxn.pool import ThreadWorkerPool
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+# The dspy settings a rollout reads; they travel with every batch of calls.
+SHIPPED_SETTINGS = ("lm", "adapter")
+
+
+class WorkerLostError(RuntimeError):
+    """A rollout's Ray worker died more often than ``max_task_retries`` allows."""
+
+
+def _require_ray():
+    try:
+        import ray
+    except ImportError:
+        raise ImportError(
+            "pool='ray' needs Ray: pip install 'dspy-pxn[ray]' (or pip install ray), then start or join a "
+            "cluster with `ray start --head`."
+        ) from None
+    return ray
+
+
+class RolloutActor:
+    """Runs the driver's functions under the driver's dspy settings, many at once (threads)."""
+
+    def run(self, fn: Callable[[Any], Any], item: Any, settings: dict[str, Any]) -> tuple[Any, float]:
+        start = time.perf_counter()
+        with dspy.context(**settings):
+            result = fn(item)
+        return result, time.perf_counter() - start
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+class RayWorkerPool:
+    """A WorkerPool whose ``map`` runs on Ray actors; ``map_local`` stays on the driver.
+
+    Args:
+        address: Ray cluster address ("auto" joins `ray start --head`); None starts a local
+            Ray on first use (and shuts it down on ``close``) unless Ray is already initialised.
+        max_concurrency: rollouts in flight at once over the whole cluster (the pool's W);
+            size it to the provider's request limit, not to the cluster's CPUs.
+        actors: how many actor processes share ``max_concurrency`` (default: the cluster's
+            CPU count, at most ``max_concurrency``).
+        max_task_retries: times Ray retries a call whose actor died (the actor restarts).
+        init_kwargs: passed to ``ray.init`` when this pool starts Ray (e.g. num_cpus=2).
+    """
+
+    def __init__(
+        self,
+        address: str | None = None,
+        max_concurrency: int = 64,
+        actors: int | None = None,
+        max_task_retries: int = 2,
+        init_kwargs: dict[str, Any] | None = None,
+    ):
+        for name, value in (("max_concurrency", max_concurrency), ("max_task_retries", max_task_retries + 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}.")
+        if actors is not None and (isinstance(actors, bool) or not isinstance(actors, int) or actors < 1):
+            raise ValueError(f"actors must be a positive int or None, got {actors!r}.")
+        ray = _require_ray()
+        self._ray = ray
+        self._owns_ray = False
+        if not ray.is_initialized():
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, **(init_kwargs or {}))
+            self._owns_ray = address is None
+        cpus = int(ray.cluster_resources().get("CPU", 1)) or 1
+        count = min(actors or cpus, max_concurrency)
+        per_actor = -(-max_concurrency // count)
+        actor_class = ray.remote(RolloutActor).options(
+            num_cpus=0, max_concurrency=per_actor, max_restarts=-1, max_task_retries=max_task_retries
+        )
+        self._actors = [actor_class.remote() for _ in range(count)]
+        self._next = itertools.cycle(range(count))
+        self.num_workers = max_concurrency
+        self._slots = threading.BoundedSemaphore(max_concurrency)
+        self._local = ThreadWorkerPool(max_concurrency)
+        self._lock = threading.Lock()
+        self._busy = 0.0
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        """Run ``fn`` over ``items`` on the actors, results in input order.
+
+        ``fn`` and the items must be picklable (module-level functions, partials, lambdas
+        over picklable values); the calling context's dspy LM and adapter go along.
+        """
+        if not items:
+            return []
+        settings = {name: getattr(dspy.settings, name) for name in SHIPPED_SETTINGS if getattr(dspy.settings, name)}
+        settings_ref = self._ray.put(settings)
+        fn_ref = self._ray.put(fn)
+        refs = []
+        for item in items:
+            self._slots.acquire()  # never more than max_concurrency calls in flight
+            ref = self._actors[next(self._next)].run.remote(fn_ref, item, settings_ref)
+            refs.append(ref)
+            self._release_when_done(ref)
+        results = []
+        for ref in refs:
+            try:
+                result, seconds = self._ray.get(ref)
+            except self._ray.exceptions.RayActorError as error:
+                raise WorkerLostError(f"a rollout's Ray worker died and its retries ran out: {error}") from error
+            with self._lock:
+                self._busy += seconds
+            results.append(result)
+        return results
+
+    def _release_when_done(self, ref: Any) -> None:
+        ref.future().add_done_callback(lambda _: self._slots.release())
+
+    def map_local(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        """Work that must stay on the driver (reflection: it reads the optimizer's state)."""
+        return self._local.map(fn, items)
+
+    def actor_pids(self) -> list[int]:
+        return self._ray.get([actor.pid.remote() for actor in self._actors])
+
+    def busy_seconds(self) -> float:
+        with self._lock:
+            return self._busy + self._local.busy_seconds()
+
+    def close(self) -> None:
+        self._local.close()
+        for actor in self._actors:
+            self._ray.kill(actor)
+        self._actors = []
+        if self._owns_ray:
+            self._ray.shutdown()
+
+    def __enter__(self) -> RayWorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,138 @@
+"""The Ray worker pool on a real local Ray cluster: parity with threads, a killed worker, errors."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import dspy
+import pytest
+
+ray = pytest.importorskip("ray", reason="the Ray pool needs the ray extra: pip install -e '.[ray]'")
+
+from dspy_pxn import BatchedGEPA  # noqa: E402
+from dspy_pxn import simulation as sim  # noqa: E402
+from dspy_pxn.latency_server import LatencyServer  # noqa: E402
+from dspy_pxn.pool import ThreadWorkerPool  # noqa: E402
+from dspy_pxn.ray_pool import RayWorkerPool, WorkerLostError  # noqa: E402
+from tests.conftest import seed_program  # noqa: E402
+
+SETTINGS = dict(p=2, n=2, max_metric_calls=120, seed=3)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def server():
+    with LatencyServer(task_latency=0.02, reflection_latency=0.05) as running:
+        yield running
+
+
+def compile_with(server, pool, **overrides):
+    train, val, _ = sim.make_splits(seed=0, train=24, val=8, test=1)
+    with dspy.context(lm=server.lm("task")):
+        return BatchedGEPA(metric=sim.metric, reflection_lm=server.lm("reflection"), pool=pool,
+                           **{**SETTINGS, **overrides}).compile(seed_program(), trainset=train, valset=val)
+
+
+def instructions(result) -> list[str]:
+    return [c.predict.signature.instructions for c in result.candidates]
+
+
+def test_ray_pool_proposes_what_the_thread_pool_proposes(cluster, server):
+    with ThreadWorkerPool(8) as threads:
+        expected = compile_with(server, threads).detailed_results
+    with RayWorkerPool(max_concurrency=8) as pool:
+        calls_before = server.stats()["calls"]["task"]
+        got = compile_with(server, pool).detailed_results
+        assert server.stats()["calls"]["task"] - calls_before == got.total_metric_calls
+        assert pool.busy_seconds() > 0
+    assert instructions(got) == instructions(expected) and len(got.candidates) >= 2
+    assert got.parents == expected.parents
+    assert got.val_aggregate_scores == expected.val_aggregate_scores
+    assert got.total_metric_calls == expected.total_metric_calls <= SETTINGS["max_metric_calls"]
+
+
+def test_concurrency_cap_holds_at_the_server(cluster, server):
+    with RayWorkerPool(max_concurrency=3, actors=2) as pool:
+        server.reset_stats()
+        compile_with(server, pool, max_metric_calls=60)
+        assert server.stats()["max_in_flight"]["task"] <= 3
+
+
+def test_a_killed_ray_worker_is_retried_and_the_run_finishes(cluster, server):
+    with RayWorkerPool(max_concurrency=8, actors=2) as pool:
+        victims = pool.actor_pids()
+
+        def kill_one_worker(record):
+            if record.step == 1:
+                os.kill(victims[0], signal.SIGKILL)
+
+        train, val, _ = sim.make_splits(seed=0, train=24, val=8, test=1)
+        with dspy.context(lm=server.lm("task")):
+            result = BatchedGEPA(metric=sim.metric, reflection_lm=server.lm("reflection"), pool=pool,
+                                 step_sinks=[kill_one_worker], **SETTINGS).compile(
+                seed_program(), trainset=train, valset=val).detailed_results
+        assert len(result.steps) >= 2, "the run went on after the kill"
+        assert victims[0] not in pool.actor_pids(), "Ray restarted the killed actor"
+        assert result.total_metric_calls <= SETTINGS["max_metric_calls"]
+
+
+def metric_that_kills_its_worker_once(marker: str):
+    """A metric that SIGKILLs the Ray worker running it the first time any rollout is scored."""
+
+    def metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
+        try:
+            with open(marker, "x"):
+                pass
+        except FileExistsError:
+            return sim.metric(gold, pred, trace, pred_name, pred_trace)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    return metric
+
+
+def test_a_worker_killed_mid_rollout_is_retried_transparently(cluster, server, tmp_path):
+    with ThreadWorkerPool(8) as threads:
+        expected = compile_with(server, threads).detailed_results
+    train, val, _ = sim.make_splits(seed=0, train=24, val=8, test=1)
+    with RayWorkerPool(max_concurrency=8, actors=2) as pool, dspy.context(lm=server.lm("task")):
+        got = BatchedGEPA(metric=metric_that_kills_its_worker_once(str(tmp_path / "killed")), pool=pool,
+                          reflection_lm=server.lm("reflection"), **SETTINGS).compile(
+            seed_program(), trainset=train, valset=val).detailed_results
+    assert (tmp_path / "killed").exists(), "a worker was killed mid-rollout"
+    assert instructions(got) == instructions(expected)
+    assert got.total_metric_calls == expected.total_metric_calls
+
+
+def test_a_worker_lost_beyond_its_retries_is_an_error_not_a_hang(cluster, server, tmp_path):
+    train, val, _ = sim.make_splits(seed=0, train=24, val=8, test=1)
+    with RayWorkerPool(max_concurrency=4, actors=1, max_task_retries=0) as pool, dspy.context(lm=server.lm("task")):
+        with pytest.raises(WorkerLostError, match="retries"):
+            BatchedGEPA(metric=metric_that_kills_its_worker_once(str(tmp_path / "killed")), pool=pool,
+                        reflection_lm=server.lm("reflection"), **SETTINGS).compile(
+                seed_program(), trainset=train, valset=val)
+
+
+def test_pool_ray_string_builds_and_closes_a_ray_pool(cluster, server):
+    result = compile_with(server, "ray", num_threads=4, max_metric_calls=60).detailed_results
+    assert result.num_workers == 4 and result.total_metric_calls <= 60
+
+
+def test_importing_dspy_pxn_does_not_import_ray():
+    code = "import sys, dspy_pxn; assert 'ray' not in sys.modules, 'ray was imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+
+
+def test_bad_pool_arguments_name_the_fix():
+    with pytest.raises(ValueError, match="pool='spark'"):
+        BatchedGEPA(metric=sim.metric, p=1, n=1, max_metric_calls=10, reflection_lm=sim.SimulatedLM(), pool="spark")
+    with pytest.raises(ValueError, match="max_concurrency"):
+        RayWorkerPool(max_concurrency=0)
