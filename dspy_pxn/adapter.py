@@ -31,6 +31,7 @@ from dspy.utils.exceptions import AdapterParseError
 from gepa import EvaluationBatch
 from gepa.core.state import _candidate_hash
 
+from dspy_pxn import checks
 from dspy_pxn.pool import WorkerPool
 from dspy_pxn.resume import CHECKPOINT_KEY, RunCheckpoint
 
@@ -74,14 +75,21 @@ def run_rollout(
                 trace.append((predictor, example.inputs().toDict(), failed))
             return RolloutResult(failed, failure_score, trace, f"{type(error).__name__}: {error}")
         except Exception as error:  # noqa: BLE001 - a rollout failure is a score, not a crash
-            logger.warning("Program raised on an example; scoring it %s: %s: %s", failure_score, type(error).__name__, error)
+            logger.warning("Program raised on an example (%s); scoring it %s: %s: %s",
+                           checks.describe_example(example), failure_score, type(error).__name__, error)
             return RolloutResult(None if capture_trace else Prediction(), failure_score, None, f"{type(error).__name__}: {error}")
         trace = list(dspy.settings.trace) if capture_trace else None
     try:
         score = metric(example, prediction, trace)
     except Exception as error:  # noqa: BLE001
-        logger.warning("Metric raised on an example; scoring it %s: %s: %s", failure_score, type(error).__name__, error)
-        return RolloutResult(prediction, failure_score, trace, f"metric {type(error).__name__}: {error}")
+        logger.warning("Metric raised on an example (%s); scoring it %s: %s: %s",
+                       checks.describe_example(example), failure_score, type(error).__name__, error)
+        # No trajectory: reflection would call the metric on it again, for feedback.
+        return RolloutResult(prediction, failure_score, None, f"metric {type(error).__name__}: {error}")
+    problem = checks.metric_score_problem(score, metric)
+    if problem is not None:
+        logger.warning("Metric %s on an example (%s); scoring it %s.", problem, checks.describe_example(example), failure_score)
+        return RolloutResult(prediction, failure_score, None, f"metric {problem}")
     return RolloutResult(prediction, score, trace)
 
 

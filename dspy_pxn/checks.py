@@ -2,15 +2,39 @@
 
 dspy.GEPA reports most of these as bare ``AssertionError``s, or not at all (a metric
 that cannot be called with three arguments silently scores every example 0).
+
+Bad input, decided per case (tests/reliability/test_bad_input.py):
+
+==========================================  =================================================
+metric raises on an example                 per rollout: warning names the example and the
+                                            error; scored failure_score; no trajectory
+metric returns None / NaN / inf / a string  per rollout: warning names the example and the
+(or a Prediction whose .score is one)       value; scored failure_score (gepa would crash on
+                                            a string, or carry NaN into every aggregate)
+metric returns a finite score outside       kept (other reward scales are legitimate); one
+[0, 1] (bools are numbers)                  warning per metric to set perfect_score
+program raises on some inputs               per rollout: warning names the example and error
+examples missing the program's inputs       ValueError up front naming set[index], the
+                                            missing fields and ``.with_inputs(...)``
+track_best_outputs with log_dir (program    gepa's state is saved with cloudpickle (plain
+outputs in gepa's pickled state)            pickle fails on dspy.Predictions); ValueError up
+                                            front when cloudpickle is missing
+log_dir not writable                        ValueError up front naming log_dir and the fix
+==========================================  =================================================
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
+import math
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import dspy
+
+logger = logging.getLogger(__name__)
 
 
 def positive_int(name: str, value: Any, hint: str = "") -> int:
@@ -90,3 +114,120 @@ def budget_covers_validation(max_metric_calls: int, valset_size: int) -> None:
             f"The budget ({max_metric_calls} metric calls) is smaller than one full validation "
             f"(|valset| = {valset_size}): raise max_metric_calls or use a smaller valset."
         )
+
+
+# ----------------------------------------------------------------------------- bad input (see the module docstring)
+_warned_out_of_range: set[int] = set()
+
+
+def describe_example(example: Any, limit: int = 120) -> str:
+    """The example's inputs, short enough for a log line."""
+    try:
+        text = ", ".join(f"{key}={value!r}" for key, value in example.inputs().items())
+    except Exception:  # noqa: BLE001 - describing must never fail a rollout
+        text = repr(example)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def metric_score_problem(outcome: Any, metric: Any = None) -> str | None:
+    """Why a metric's return value cannot be a GEPA score, or None when it can.
+
+    Accepted: a real number or bool, or an object with ``.score`` (dspy.Prediction(score=...,
+    feedback=...)) holding one. Refused: None, NaN/inf, strings and other types — gepa would
+    add them up deep in its state (a string) or carry NaN into every aggregate.
+    """
+    score = outcome["score"] if hasattr(outcome, "score") else outcome
+    hint = "return a float, or dspy.Prediction(score=<float>, feedback=<str>)"
+    if score is None:
+        return f"returned no score (None); {hint}"
+    if isinstance(score, bool):
+        return None
+    if not isinstance(score, (int, float)):
+        return f"returned {type(score).__name__} {score!r:.60} instead of a number; {hint}"
+    if not math.isfinite(score):
+        return f"returned {score!r}, not a finite number; {hint}"
+    if not 0.0 <= score <= 1.0 and id(metric) not in _warned_out_of_range:
+        _warned_out_of_range.add(id(metric))
+        logger.warning(
+            "Metric returned %r, outside [0, 1]: kept as is (once per metric). skip_perfect_score compares "
+            "scores to perfect_score (default 1.0); set perfect_score to your metric's maximum.", score,
+        )
+    return None
+
+
+def examples_match_program(student: Any, **datasets: Sequence[Any]) -> None:
+    """Every example provides the inputs the program's forward needs (checked before any LM call).
+
+    A module whose ``forward`` names its parameters is checked by binding the example's inputs;
+    a Predict/ChainOfThought (``forward(**kwargs)``) by its signature's input fields.
+    """
+    required, bind = _program_inputs(student)
+    for name, examples in datasets.items():
+        for index, example in enumerate(examples or ()):
+            inputs = dict(example.inputs())
+            problem = None
+            if bind is not None:
+                try:
+                    bind(**inputs)
+                except TypeError as error:
+                    problem = str(error)
+            elif required:
+                missing = sorted(set(required) - set(inputs))
+                if missing:
+                    problem = f"missing input field(s) {missing}"
+            if problem is not None:
+                raise ValueError(
+                    f"{name}[{index}] does not match the program's inputs ({problem}): it declares inputs "
+                    f"{sorted(inputs)}; the program needs {sorted(required) if required else 'other arguments'}. "
+                    "Build examples with dspy.Example(...).with_inputs(<the program's input fields>)."
+                )
+
+
+def _program_inputs(student: Any) -> tuple[list[str], Callable[..., Any] | None]:
+    try:
+        signature = inspect.signature(student.forward)
+    except (TypeError, ValueError):
+        return [], None
+    params = list(signature.parameters.values())
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        names = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        return names, signature.bind
+    predictors = student.named_predictors()
+    if len(predictors) == 1:  # Predict, ChainOfThought, ...: the inputs are the signature's
+        return list(predictors[0][1].signature.input_fields), None
+    return [], None
+
+
+def writable_dir(name: str, path: str | None) -> None:
+    """Create ``path`` if needed and prove a file can be written there, before any LM call."""
+    if path is None:
+        return
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a directory path (str), got {type(path).__name__}.")
+    probe = os.path.join(path, f".dspy_pxn_write_probe_{os.getpid()}")
+    try:
+        os.makedirs(path, exist_ok=True)
+        with open(probe, "w") as handle:
+            handle.write("ok")
+        os.remove(probe)
+    except OSError as error:
+        raise ValueError(
+            f"{name}={os.fspath(path)!r} is not a writable directory ({type(error).__name__}: {error.strerror or error}). "
+            f"Pass a directory you can write to, or {name}=None to keep no run files."
+        ) from None
+
+
+def saved_state_serializable(log_dir: str | None, track_best_outputs: bool, gepa_kwargs: dict[str, Any]) -> None:
+    """gepa pickles its state into log_dir after every step; with track_best_outputs the state holds
+    dspy.Predictions, whose dynamic signature classes standard pickle cannot serialize (gepa raises
+    after the seed validation has been paid for). Use cloudpickle for them, or refuse up front."""
+    if log_dir is None or not track_best_outputs or "use_cloudpickle" in gepa_kwargs:
+        return
+    try:
+        import cloudpickle  # noqa: F401
+    except ImportError:
+        raise ValueError(
+            "track_best_outputs=True with log_dir needs cloudpickle to save the program outputs in gepa's state: "
+            "pip install cloudpickle, or set track_best_outputs=False, or log_dir=None."
+        ) from None
+    gepa_kwargs["use_cloudpickle"] = True

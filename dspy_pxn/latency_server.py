@@ -16,9 +16,11 @@ prints exactly one line ``READY http://127.0.0.1:<port>/v1`` once listening.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import select
+import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +28,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter
+from dataclasses import asdict, dataclass, fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -33,12 +36,95 @@ from typing import Any
 if __package__ in (None, ""):  # allow `python path/to/latency_server.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dspy_pxn import simulation  # noqa: E402
-from dspy_pxn.simulation import CallStats, chat_completion_body, estimate_tokens, respond  # noqa: E402
+from dspy_pxn import simulation
+from dspy_pxn.simulation import CallStats, chat_completion_body, respond
 
-__all__ = ["SimServer", "LatencyServer", "serve", "main"]
+__all__ = ["FAULT_KINDS", "Faults", "LatencyServer", "SimServer", "main", "serve"]
 
 HOST = "127.0.0.1"
+
+FAULT_KINDS = ("error_500", "rate_limit_429", "hang", "malformed", "truncated", "empty", "persistent_500")
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Deterministic-by-seed fault injection, one draw per HTTP request.
+
+    Each rate is the probability that a request gets that fault (they are disjoint:
+    their sum is the faulty fraction). The draw hashes ``seed``, the request's
+    messages and how many times this server has seen those exact messages, so the
+    same run against the same server gets the same faults whatever the thread
+    interleaving, and a retry of a request gets a fresh, independent draw:
+
+    - ``error_500``: HTTP 500 at once (retryable; no Retry-After).
+    - ``rate_limit_429``: HTTP 429 with ``Retry-After: retry_after_s`` (retryable).
+    - ``hang``: the reply is held for ``hang_s`` (set it past the client timeout).
+    - ``malformed``: a 200 whose content has none of DSPy's ``[[ ## field ## ]]`` markers.
+    - ``truncated``: a 200 cut mid-way with ``finish_reason="length"``.
+    - ``empty``: a 200 with empty content.
+    - ``persistent_500``: a fraction of *distinct requests* that get 500 on every
+      attempt, so a client's retries run out and the call finally fails.
+
+    ``kinds`` limits injection to task and/or reflection calls.
+    """
+
+    error_500: float = 0.0
+    rate_limit_429: float = 0.0
+    hang: float = 0.0
+    malformed: float = 0.0
+    truncated: float = 0.0
+    empty: float = 0.0
+    persistent_500: float = 0.0
+    retry_after_s: float = 0.05
+    hang_s: float = 30.0
+    seed: int = 0
+    kinds: tuple[str, ...] = ("task", "reflection")
+
+    def __post_init__(self) -> None:
+        rates = [getattr(self, k) for k in FAULT_KINDS]
+        if any(not 0.0 <= r <= 1.0 for r in rates) or sum(rates[:-1]) > 1.0:
+            raise ValueError(f"fault rates must be in [0, 1] and the per-attempt ones sum to <= 1, got {self}")
+        object.__setattr__(self, "kinds", tuple(self.kinds))
+
+    @classmethod
+    def uniform(cls, fraction: float, **kw: Any) -> Faults:
+        """``fraction`` of requests faulty, split evenly over the six per-attempt fault kinds."""
+        share = fraction / 6
+        return cls(error_500=share, rate_limit_429=share, hang=share, malformed=share, truncated=share,
+                   empty=share, **kw)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Faults:
+        data = json.loads(text)
+        unknown = set(data) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown fault settings {sorted(unknown)}")
+        return cls(**data)
+
+    @property
+    def active(self) -> bool:
+        return any(getattr(self, k) > 0 for k in FAULT_KINDS)
+
+    def draw(self, kind: str, key: str, attempt: int) -> str | None:
+        """The fault for the ``attempt``-th request with messages ``key`` (None: answer normally)."""
+        if kind not in self.kinds or not self.active:
+            return None
+        if self.persistent_500 and _unit(f"{self.seed}|persistent|{key}") < self.persistent_500:
+            return "persistent_500"
+        u = _unit(f"{self.seed}|{attempt}|{key}")
+        for name in FAULT_KINDS[:-1]:
+            rate = getattr(self, name)
+            if u < rate:
+                return name
+            u -= rate
+        return None
+
+
+def _unit(text: str) -> float:
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8", "replace")).digest()[:8], "big") / 2.0**64
 
 
 class SimServer(ThreadingHTTPServer):
@@ -57,13 +143,19 @@ class SimServer(ThreadingHTTPServer):
         task_latency: float = 0.0,
         reflection_latency: float = 0.0,
         reflection_error_rate: float | None = None,
+        faults: Faults | None = None,
     ) -> None:
         super().__init__((HOST, port), _Handler)
         self.task_latency = task_latency
         self.reflection_latency = reflection_latency
         self.reflection_error_rate = reflection_error_rate
+        self.faults = faults or Faults()
         self.call_stats = CallStats()
         self._meta_lock = threading.Lock()
+        # Every chat request, faulty or not: what a provider's concurrency limit counts.
+        self.requests = CallStats()
+        self.fault_counts: Counter[str] = Counter()
+        self._seen: Counter[str] = Counter()  # attempts per distinct request, for the fault draw
         # Which client stack called (openai SDK via litellm vs dspy's native lm15), for verification.
         self.clients: Counter[str] = Counter()
         self.streamed = 0
@@ -72,11 +164,19 @@ class SimServer(ThreadingHTTPServer):
     def base_url(self) -> str:
         return f"http://{HOST}:{self.server_address[1]}/v1"
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return  # a client that timed out and hung up: expected under fault injection
+        super().handle_error(request, client_address)
+
     def stats(self) -> dict[str, Any]:
         snap = self.call_stats.snapshot()
         with self._meta_lock:
             snap["clients"] = dict(self.clients)
             snap["streamed"] = self.streamed
+            snap["faults"] = {k: self.fault_counts.get(k, 0) for k in FAULT_KINDS}
+            snap["faults"]["total"] = sum(self.fault_counts.values())
+        snap["requests"] = self.requests.snapshot()
         snap["config"] = {
             "task_latency": self.task_latency,
             "reflection_latency": self.reflection_latency,
@@ -85,14 +185,18 @@ class SimServer(ThreadingHTTPServer):
                 if self.reflection_error_rate is None
                 else self.reflection_error_rate
             ),
+            "faults": asdict(self.faults),
         }
         return snap
 
     def reset_stats(self) -> None:
         self.call_stats.reset()
+        self.requests.reset()
         with self._meta_lock:
             self.clients.clear()
             self.streamed = 0
+            self.fault_counts.clear()
+            self._seen.clear()
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -103,7 +207,7 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
     server: SimServer
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # stdout carries only the READY line; per-request logs would just be noise
 
     # ---- helpers -------------------------------------------------------- #
@@ -130,7 +234,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ---- routes --------------------------------------------------------- #
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         path = self._path()
         if path == "/health":
             self._json(200, {"status": "ok"})
@@ -145,7 +249,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._error(404, f"no route for GET {path}")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         path = self._path()
         body = self._read_body()  # always drain, or the next keep-alive request is corrupted
         if path == "/stats/reset":
@@ -169,12 +273,47 @@ class _Handler(BaseHTTPRequestHandler):
         with srv._meta_lock:
             srv.clients[_client_id(self.headers)] += 1
         kind, content = respond(messages, reflection_error_rate=srv.reflection_error_rate)
-        with srv.call_stats.track(kind):
-            delay = srv.reflection_latency if kind == "reflection" else srv.task_latency
-            if delay > 0:
-                time.sleep(delay)
+        with srv.requests.track(kind):
+            fault = None
+            if srv.faults.active:
+                key = json.dumps(messages, sort_keys=True)
+                with srv._meta_lock:
+                    attempt = srv._seen[key]
+                    srv._seen[key] += 1
+                fault = srv.faults.draw(kind, key, attempt)
+                if fault is not None:
+                    with srv._meta_lock:
+                        srv.fault_counts[fault] += 1
+            if fault in ("error_500", "persistent_500"):
+                self._error(500, "injected server error", "server_error")
+                return
+            if fault == "rate_limit_429":
+                body = json.dumps({"error": {"message": "injected rate limit", "type": "rate_limit_error",
+                                             "param": None, "code": "rate_limit_exceeded"}}).encode()
+                self.send_response(429)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Retry-After", f"{srv.faults.retry_after_s:g}")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            if fault == "hang":
+                self._hang(srv.faults.hang_s)
+                return
+            with srv.call_stats.track(kind):
+                delay = srv.reflection_latency if kind == "reflection" else srv.task_latency
+                if delay > 0:
+                    time.sleep(delay)
+        finish_reason = "stop"
+        if fault == "malformed":
+            content = "Sure! Here is my answer: " + " ".join(content.replace("[[ ##", "").replace("## ]]", "").split())
+        elif fault == "truncated":
+            content, finish_reason = content[: max(1, len(content) // 3)], "length"
+        elif fault == "empty":
+            content = ""
         model = str(payload.get("model") or "sim")
         completion = chat_completion_body(messages, content, model)
+        completion["choices"][0]["finish_reason"] = finish_reason
         if payload.get("stream"):
             with srv._meta_lock:
                 srv.streamed += 1
@@ -182,6 +321,24 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, _sse(completion, include_usage), "text/event-stream")
         else:
             self._json(200, completion)
+
+
+    def _hang(self, seconds: float) -> None:
+        """Hold the request for ``seconds``, or until the client gives up and closes the socket."""
+        self.close_connection = True
+        deadline = time.monotonic() + seconds
+        while (remaining := deadline - time.monotonic()) > 0:
+            readable, _, _ = select.select([self.connection], [], [], min(remaining, 0.05))
+            if readable:
+                try:
+                    if not self.connection.recv(1, socket.MSG_PEEK):
+                        return  # client closed: it timed out
+                except OSError:
+                    return
+        try:
+            self._error(504, "injected hang")
+        except OSError:
+            pass
 
 
 def _client_id(headers: Any) -> str:
@@ -214,6 +371,7 @@ def serve(
     task_latency: float = 0.0,
     reflection_latency: float = 0.0,
     reflection_error_rate: float | None = None,
+    faults: Faults | None = None,
 ) -> None:
     """Run until killed, announcing the URL on stdout only once the socket is listening."""
     server = SimServer(
@@ -221,6 +379,7 @@ def serve(
         task_latency=task_latency,
         reflection_latency=reflection_latency,
         reflection_error_rate=reflection_error_rate,
+        faults=faults,
     )
     print(f"READY {server.base_url}", flush=True)
     try:
@@ -240,12 +399,17 @@ def main(argv: list[str] | None = None) -> None:
         "--reflection-error-rate", type=float, default=None,
         help=f"probability a reflection garbles its new definition (default {simulation.DEFAULT_REFLECTION_ERROR_RATE})",
     )
+    parser.add_argument(
+        "--faults", default=None,
+        help='fault injection as JSON, e.g. \'{"error_500": 0.05, "rate_limit_429": 0.05, "seed": 1}\' (see Faults)',
+    )
     args = parser.parse_args(argv)
     serve(
         args.port,
         task_latency=args.task_latency,
         reflection_latency=args.reflection_latency,
         reflection_error_rate=args.reflection_error_rate,
+        faults=Faults.from_json(args.faults) if args.faults else None,
     )
 
 
@@ -270,12 +434,14 @@ class LatencyServer:
         task_latency: float = 0.0,
         reflection_latency: float = 0.0,
         reflection_error_rate: float | None = None,
+        faults: Faults | None = None,
         port: int = 0,
         startup_timeout: float = 30.0,
     ) -> None:
         self.task_latency = task_latency
         self.reflection_latency = reflection_latency
         self.reflection_error_rate = reflection_error_rate
+        self.faults = faults
         self.port = port
         self.startup_timeout = startup_timeout
         self.base_url: str | None = None
@@ -284,7 +450,7 @@ class LatencyServer:
 
     # ---- lifecycle ------------------------------------------------------ #
 
-    def start(self) -> "LatencyServer":
+    def start(self) -> LatencyServer:
         if self._proc is not None:
             return self
         cmd = [
@@ -295,6 +461,8 @@ class LatencyServer:
         ]
         if self.reflection_error_rate is not None:
             cmd += ["--reflection-error-rate", str(self.reflection_error_rate)]
+        if self.faults is not None:
+            cmd += ["--faults", self.faults.to_json()]
         env = dict(os.environ)
         # Make `dspy_pxn` importable in the child however the parent found it.
         root = str(Path(__file__).resolve().parents[1])
@@ -360,7 +528,7 @@ class LatencyServer:
             self._stderr.close()
             self._stderr = None
 
-    def __enter__(self) -> "LatencyServer":
+    def __enter__(self) -> LatencyServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -386,7 +554,13 @@ class LatencyServer:
             return json.loads(resp.read())
 
     def stats(self) -> dict[str, Any]:
-        """Server-side counters: calls, in_flight and max_in_flight by kind and total, clients."""
+        """Server-side counters: calls, in_flight and max_in_flight by kind and total, clients.
+
+        ``calls``/``max_in_flight`` count answered completions during their latency;
+        ``requests`` counts every chat request (faulty ones too) for as long as it is
+        open, which is what a provider's concurrency limit sees; ``faults`` counts
+        injected faults by kind.
+        """
         return self._request("GET", "/stats")
 
     def reset_stats(self) -> None:

@@ -66,6 +66,9 @@ class StepRecord:
     completion_tokens: int = 0
     cost_usd: float | None = None  # None while litellm knows the price of no model used
     cost_usd_total: float | None = None  # the run's dollars so far, seed validation included
+    # LM retries (attempts beyond the first of a call) and LM calls that failed after their last retry.
+    lm_retries: int = 0
+    lm_failures: int = 0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -185,6 +188,7 @@ class StepRecorder:
             minibatch_size=self.minibatch_size,
             val_size=self.val_size,
             **self._usage_fields(),
+            **(self.lm_counts.step_fields() if getattr(self, "lm_counts", None) is not None else {}),
         )
         self.steps.append(record)
         self._write(record)

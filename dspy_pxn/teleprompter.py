@@ -39,7 +39,7 @@ from gepa.strategies.candidate_selector import (
 )
 from gepa.strategies.proposal_selection import SelectionStrategy
 
-from dspy_pxn import checks, resume, tracking
+from dspy_pxn import checks, limits, resume, tracking
 from dspy_pxn.adapter import BatchedAdapter
 from dspy_pxn.holdout import holdout_score
 from dspy_pxn.pool import ThreadWorkerPool, WorkerPool
@@ -90,6 +90,7 @@ class BatchedGEPAResult(DspyGEPAResult):
     test_score: float | None = None
     usage: UsageTotals = field(default_factory=UsageTotals)  # LM calls, tokens and dollars of the search
     mlflow_run_id: str | None = None
+    lm_call_counts: limits.LMCallCounts = field(default_factory=limits.LMCallCounts)  # LM calls, retries, failures
 
 
 class BatchedGEPA(dspy.GEPA):
@@ -117,6 +118,11 @@ class BatchedGEPA(dspy.GEPA):
             none, runs go to MLflow's default local store in the working directory.
             Inside ``with dspy_pxn.tracking.sweep(...)`` a run is tracked as a nested
             child unless ``mlflow=False``. Tracking never stops or slows the search.
+        max_concurrent_lm_calls: at most this many LM calls in progress at once, over the
+            task, per-predictor and reflection LMs, whatever ``num_threads`` is (providers
+            limit requests, not workers); a ``dspy_pxn.limits.LMCallLimiter`` to share one
+            cap between runs. Retries and failures are counted either way
+            (``StepRecord.lm_retries``/``lm_failures``, ``detailed_results.lm_call_counts``).
 
     With ``p=1, n=1`` the run proposes the same candidates as dspy.GEPA for the same
     seed and a deterministic LM (dspy.GEPA with ``use_merge=False``), stopping at the
@@ -160,6 +166,7 @@ class BatchedGEPA(dspy.GEPA):
         experiment: str | None = None,
         run_name: str | None = None,
         run_tags: dict[str, str] | None = None,
+        max_concurrent_lm_calls: int | limits.LMCallLimiter | None = None,
     ):
         self.p = checks.positive_int("p", p, "p is the number of parents sampled per step, e.g. p=8.")
         self.n = checks.positive_int("n", n, "n is the number of mutations drawn per parent, e.g. n=1.")
@@ -215,11 +222,13 @@ class BatchedGEPA(dspy.GEPA):
         )
         self.candidate_selection_strategy = candidate_selection_strategy
         self.display_progress_bar = display_progress_bar
+        checks.saved_state_serializable(log_dir, track_best_outputs, self.gepa_kwargs)
         if isinstance(pool, str) and pool != "ray":
             raise ValueError(f"pool={pool!r} is not understood: pass 'ray', a WorkerPool instance, or None for threads.")
         self.pool = pool
         self.callbacks = list(callbacks)
         self.step_sinks = list(step_sinks)
+        self.lm_limiter = limits.limiter_for(max_concurrent_lm_calls)
 
     # ------------------------------------------------------------------------------
     def metric_call_budget(self, student: Module, trainset: list[Example], valset: list[Example]) -> int:
@@ -266,6 +275,8 @@ class BatchedGEPA(dspy.GEPA):
         valset = checks.dataset("valset", valset) if valset is not None else trainset
         budget = self.metric_call_budget(student, trainset, valset)
         checks.budget_covers_validation(budget, len(valset))
+        checks.examples_match_program(student, trainset=trainset, valset=valset, testset=self.testset)
+        checks.writable_dir("log_dir", self.log_dir)
         saved_state = resume.load_saved_state(self.log_dir)
         if saved_state is not None:
             resume.check_resumable(saved_state, self.run_settings(student, trainset, valset), self.log_dir)
@@ -277,7 +288,10 @@ class BatchedGEPA(dspy.GEPA):
         try:
             tracker = tracking.start_for(self, student, trainset, valset, budget, pool.num_workers, meter)
             started = time.perf_counter()
-            with meter.active():
+            limits.warn_if_no_timeout("task", dspy.settings.lm)
+            limits.warn_if_no_timeout("reflection", self.reflection_lm)
+            lm_counter = limits.LMCallLimiter()  # this run's calls, retries and failures (never blocks)
+            with meter.active(), limits.installed(self.lm_limiter, lm_counter):
                 program, gepa_result, adapter, recorder = self._optimize(
                     student, trainset, valset, budget, pool, meter, tracker, saved_state
                 )
@@ -302,6 +316,7 @@ class BatchedGEPA(dspy.GEPA):
             test_score=test_score,
             usage=usage,
             mlflow_run_id=tracker.run_id if tracker is not None else None,
+            lm_call_counts=lm_counter.counts(),
         )
         if tracker is not None:
             results = program.detailed_results
@@ -325,6 +340,7 @@ class BatchedGEPA(dspy.GEPA):
             sinks=[*self.step_sinks, *([tracker.on_step] if tracker else [])],
             minibatch_size=self.reflection_minibatch_size, val_size=len(valset), usage=meter,
         )
+        recorder.lm_counts = limits.StepLMCounts(limits.current_counter())  # retries and failures per step
         predictors = student.named_predictors()
         adapter = BatchedAdapter(
             student_module=student,
@@ -373,7 +389,7 @@ class BatchedGEPA(dspy.GEPA):
             selection_strategy=BudgetCappedSelection(self.selection, guard, on_selected=recorder.on_selection),
             reflection_strategy=PooledReflection(adapter, self.reflection_lm, pool, on_reflected=recorder.on_reflected),
             stop_callbacks=[ExactBudgetStopper(guard)],
-            callbacks=[recorder, *(tracker.gepa_callbacks if tracker else []), *self.callbacks],
+            callbacks=[recorder.lm_counts, recorder, *(tracker.gepa_callbacks if tracker else []), *self.callbacks],
             skip_perfect_score=self.skip_perfect_score,
             perfect_score=self.perfect_score,
             module_selector=self.component_selector,

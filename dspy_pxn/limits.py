@@ -1,0 +1,223 @@
+"""LM-call limits for a run: a cap on concurrent LM requests, and retry/failure counts.
+
+Providers limit *requests*, not our workers: a run with W = 64 workers against a
+provider that allows 16 concurrent requests must queue its calls, not collect 429s.
+``LMCallLimiter`` is a DSPy callback: installed for a run with
+``dspy.context(callbacks=[..., limiter])`` (BatchedGEPA does this when given
+``max_concurrent_lm_calls``), it sees every LM call of the run's threads — the task
+LM, per-predictor LMs, the reflection LM — because the worker pool copies the
+caller's context into each task. ``on_lm_start`` blocks until one of K slots is
+free; ``on_lm_end`` (DSPy calls it in a ``finally``) frees it.
+
+What DSPy and litellm already do, and what is added here (dspy 3.4.1, litellm 1.110):
+
+- **Retries are DSPy's**: ``dspy.LM(num_retries=3)`` (the default) retries rate
+  limits, 5xx, timeouts and transport errors; litellm is called with
+  ``num_retries=0`` and the openai SDK does not retry on top (measured: one HTTP
+  request per attempt). The wait between attempts is the server's ``Retry-After``
+  when it sends one (measured: honoured to the millisecond), else 1, 2, 4, ... s.
+- **Retry-After is honoured as is**: nothing to add, except that a slot is held
+  while a call sleeps before its retry, so a rate-limited run also sends fewer
+  requests meanwhile. The cap counts *calls in progress*, which bounds the HTTP
+  requests in flight (one attempt at a time per call).
+- **Timeouts are not set by default**: a ``dspy.LM`` without ``timeout=`` waits up
+  to litellm's ``request_timeout`` (6000 s) per attempt, so one hung connection can
+  hold a worker for hours. Pass ``dspy.LM(..., timeout=60)`` (task calls; 300-600
+  for a reasoning reflection LM with large ``max_tokens``). A timed-out attempt is
+  retried like a 5xx. BatchedGEPA warns when its LMs have no timeout
+  (``warn_if_no_timeout``) instead of copying them with one, which would change
+  their DSPy cache keys.
+- **Retries are counted** (``attempts``/``retries``): litellm's pre-call hook runs in
+  the calling thread once per HTTP attempt, so attempts are attributed to the DSPy
+  call in progress in that thread; retries = attempts beyond the first of each call.
+  Only litellm-engine LMs are counted (the native lm15 engine bypasses litellm).
+
+The blocking slot is for DSPy's synchronous path (BatchedGEPA's thread pool); an
+``acall`` from an event loop would block the loop and is not capped.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import dspy
+from dspy.utils.callback import BaseCallback
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["LMCallCounts", "LMCallLimiter", "StepLMCounts", "current_counter", "installed", "limiter_for", "warn_if_no_timeout"]
+
+# The limiters' calls in progress in this thread/context: ((limiter, call_id), ...).
+_CURRENT: contextvars.ContextVar[tuple[tuple[LMCallLimiter, str], ...]] = contextvars.ContextVar(
+    "dspy_pxn_lm_call", default=()
+)
+
+
+@dataclass(frozen=True)
+class LMCallCounts:
+    """Totals so far. ``failures`` are calls that raised after their last retry."""
+
+    calls: int = 0
+    attempts: int = 0
+    retries: int = 0
+    failures: int = 0
+    peak_in_flight: int = 0
+
+    def since(self, earlier: LMCallCounts) -> LMCallCounts:
+        return LMCallCounts(
+            calls=self.calls - earlier.calls,
+            attempts=self.attempts - earlier.attempts,
+            retries=self.retries - earlier.retries,
+            failures=self.failures - earlier.failures,
+            peak_in_flight=self.peak_in_flight,
+        )
+
+
+class LMCallLimiter(BaseCallback):
+    """DSPy callback: at most ``max_concurrent`` LM calls at once; counts calls, retries, failures.
+
+    ``max_concurrent=None`` only counts. One limiter may be shared by several runs
+    (e.g. a sweep against one provider account): pass the same instance as
+    ``BatchedGEPA(max_concurrent_lm_calls=limiter)``.
+    """
+
+    def __init__(self, max_concurrent: int | None = None):
+        if max_concurrent is not None and (
+            isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int) or max_concurrent < 1
+        ):
+            raise ValueError(
+                f"max_concurrent_lm_calls must be an int >= 1 or None, got {max_concurrent!r}: "
+                "set it to the concurrent requests your provider allows, e.g. 16."
+            )
+        self.max_concurrent = max_concurrent
+        self._slots = threading.BoundedSemaphore(max_concurrent) if max_concurrent else None
+        self._lock = threading.Lock()
+        self._open: dict[str, int] = {}  # call_id -> attempts so far
+        self._calls = self._attempts = self._retries = self._failures = 0
+        self._peak = 0
+
+    # -- DSPy callback ---------------------------------------------------------------
+    def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        if not _hook_installed and isinstance(instance, dspy.LM):
+            _install_litellm_hook()  # only now: importing litellm costs seconds, and the call needs it anyway
+        if self._slots is not None:
+            self._slots.acquire()
+        with self._lock:
+            self._open[call_id] = 0
+            self._calls += 1
+            self._peak = max(self._peak, len(self._open))
+        _CURRENT.set((*_CURRENT.get(), (self, call_id)))
+
+    def on_lm_end(self, call_id: str, outputs: Any, exception: BaseException | None = None) -> None:
+        with self._lock:
+            attempts = self._open.pop(call_id, None)
+            if attempts is None:
+                return  # start was never recorded for this call: nothing to release
+            self._attempts += attempts
+            self._retries += max(0, attempts - 1)
+            self._failures += exception is not None
+        _CURRENT.set(tuple(entry for entry in _CURRENT.get() if entry != (self, call_id)))
+        if self._slots is not None:
+            self._slots.release()
+
+    def _count_attempt(self, call_id: str) -> None:
+        with self._lock:
+            if call_id in self._open:
+                self._open[call_id] += 1
+
+    # -- reading -----------------------------------------------------------------------
+    def counts(self) -> LMCallCounts:
+        with self._lock:
+            return LMCallCounts(self._calls, self._attempts, self._retries, self._failures, self._peak)
+
+    def in_flight(self) -> int:
+        with self._lock:
+            return len(self._open)
+
+    def installed(self):
+        """``with limiter.installed():`` every LM call in this context (and pool tasks it submits) goes through it."""
+        return installed(self)
+
+
+def installed(*limiters: LMCallLimiter | None):
+    """Install limiters as DSPy callbacks for this context; a cap before a counter, so waiting is not counted."""
+    callbacks = list(dspy.settings.get("callbacks", None) or [])
+    added = [limiter for limiter in limiters if limiter is not None and limiter not in callbacks]
+    return dspy.context(callbacks=[*callbacks, *added])
+
+
+def current_counter() -> LMCallLimiter:
+    """The innermost limiter installed in this context (BatchedGEPA's per-run counter), or a detached one."""
+    limiters = [c for c in dspy.settings.get("callbacks", None) or [] if isinstance(c, LMCallLimiter)]
+    return limiters[-1] if limiters else LMCallLimiter()
+
+
+def limiter_for(max_concurrent_lm_calls: int | LMCallLimiter | None) -> LMCallLimiter | None:
+    """The cap BatchedGEPA installs: the limiter given (it may be shared), a new one for an int, None for None."""
+    if max_concurrent_lm_calls is None or isinstance(max_concurrent_lm_calls, LMCallLimiter):
+        return max_concurrent_lm_calls
+    return LMCallLimiter(max_concurrent_lm_calls)
+
+
+# ----------------------------------------------------------------------------- litellm attempts
+_hook_lock = threading.Lock()
+_hook_installed = False
+
+
+def _install_litellm_hook() -> None:
+    """Register (once per process) a litellm input callback that counts HTTP attempts.
+
+    It does nothing outside a limiter's LM call, so other litellm users are unaffected.
+    """
+    global _hook_installed
+    with _hook_lock:
+        if _hook_installed:
+            return
+        try:
+            import litellm
+            from litellm.integrations.custom_logger import CustomLogger
+        except ImportError:  # pragma: no cover - litellm is a dspy dependency
+            return
+
+        class _AttemptCounter(CustomLogger):
+            def log_pre_api_call(self, model, messages, kwargs):
+                for limiter, call_id in _CURRENT.get():
+                    limiter._count_attempt(call_id)
+
+        litellm.input_callback = [*litellm.input_callback, _AttemptCounter()]
+        _hook_installed = True
+
+
+# ----------------------------------------------------------------------------- timeouts
+_warned: set[int] = set()
+
+
+def warn_if_no_timeout(role: str, lm: Any) -> None:
+    """Warn once per LM object when a dspy.LM has no ``timeout`` (litellm then waits up to 6000 s)."""
+    if not isinstance(lm, dspy.LM) or lm.kwargs.get("timeout") is not None or id(lm) in _warned:
+        return
+    _warned.add(id(lm))
+    logger.warning(
+        "The %s LM %s has no timeout: a hung request holds a worker for up to litellm's 6000 s per attempt. "
+        "Pass dspy.LM(..., timeout=60) (300-600 s for a slow reflection model).",
+        role, lm.model,
+    )
+
+
+class StepLMCounts:
+    """gepa callback: the limiter's retries and failures within each iteration, for its StepRecord."""
+
+    def __init__(self, limiter: LMCallLimiter):
+        self.limiter = limiter
+        self._start = limiter.counts()
+
+    def on_iteration_start(self, event: dict) -> None:
+        self._start = self.limiter.counts()
+
+    def step_fields(self) -> dict[str, int]:
+        step = self.limiter.counts().since(self._start)
+        return {"lm_retries": step.retries, "lm_failures": step.failures}
