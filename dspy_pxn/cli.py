@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import random
 import re
 import sys
 import tempfile
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
 
 from dspy_pxn.runtime_model import DEFAULT_SHAPES, RunShape, RuntimeModel, parse_shapes
 from dspy_pxn.steps import STEP_LOG_NAME, StepRecord, read_step_log
@@ -142,6 +146,409 @@ def import_command(args: argparse.Namespace) -> int:
     return 0
 
 
+# ============================================================================ optimize / sweep / demo
+# Why these live here: each is a thin shell over BatchedGEPA + programs/, and every check below
+# runs before any LM call, so a mistake costs the user a second, not a started model or a bill.
+
+TASKS = ("math", "hover", "gsm8k")
+DEFAULT_TIMEOUT_S = 600.0  # per LM call: a slow local reflector needs minutes; a hung request must not hold a worker forever
+
+
+@dataclass
+class Task:
+    """A task's program, GEPA feedback metric and (train, val, test) examples, ready to compile."""
+
+    name: str
+    program: Any
+    metric: Callable[..., Any]
+    train: list[Any]
+    val: list[Any]
+    test: list[Any]
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What the summary prints: the optimized program, its results, and the seed's held-out score."""
+
+    program: Any
+    seed_test: float | None
+    program_path: str
+    tracking_uri: str | None
+    experiment: str | None
+
+
+def _subsample(examples: list[Any], size: int | None, seed: int) -> list[Any]:
+    """The first-drawn ``size`` examples of a fixed seeded shuffle, in their original order."""
+    if size is None or size >= len(examples):
+        return list(examples)
+    keep = sorted(random.Random(seed).sample(range(len(examples)), size))
+    return [examples[i] for i in keep]
+
+
+def _check_data_dir(data_dir: str | None) -> None:
+    if data_dir is not None and not os.path.isdir(data_dir):
+        raise UsageError(f"--data-dir {data_dir!r} is not a directory; point it at the folder holding "
+                         "livebench_math/, hover/ and gsm8k/ (or set DSPY_PXN_DATA_DIR).")
+
+
+def _data_error(task: str, error: Exception) -> UsageError:
+    first = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return UsageError(f"{task}: {first}")
+
+
+def load_task(args: argparse.Namespace) -> Task:
+    """Build the task's program and data, turning missing files into one-line usage errors."""
+    if args.task not in TASKS:
+        raise UsageError(f"unknown task {args.task!r}: choose one of {', '.join(TASKS)}.")
+    if args.task == "hover" and not args.corpus:
+        raise UsageError("hover needs --corpus PATH: a JSONL file of {\"title\", \"text\"} passages, e.g. the "
+                         "2017 Wikipedia abstracts (python -m programs.retrieval download --dest DIR).")
+    _check_data_dir(args.data_dir)
+    try:
+        program, metric, (train, val, test) = _TASK_LOADERS[args.task](args)
+    except (FileNotFoundError, ImportError) as error:
+        raise _data_error(args.task, error) from None
+    sizes = (args.train_size, args.val_size, args.test_size)
+    train, val, test = (_subsample(part, size, args.seed) for part, size in zip((train, val, test), sizes))
+    return Task(args.task, program, metric, train, val, test)
+
+
+def _load_math(args: argparse.Namespace):
+    from programs.math_solver import MathSolver, load_livebench_math, metric
+
+    return MathSolver(), metric, load_livebench_math(args.data_dir)
+
+
+def _load_hover(args: argparse.Namespace):
+    from programs.hover import HoverAgent, load_hover, metric
+    from programs.retrieval import open_index
+
+    if not os.path.isfile(args.corpus):
+        raise UsageError(f"--corpus {args.corpus!r} is not a file; pass a JSONL file of {{\"title\", \"text\"}} lines.")
+    return HoverAgent(open_index(corpus=args.corpus)), metric, load_hover(args.data_dir)
+
+
+def _load_gsm8k(args: argparse.Namespace):
+    from programs.gsm8k import GSM8KSolver, load_gsm8k, metric
+
+    sizes = {"n_train": args.train_size or 200, "n_val": args.val_size or 50, "n_test": args.test_size or 200}
+    return GSM8KSolver(), metric, load_gsm8k(args.data_dir, seed=args.seed, **sizes)
+
+
+_TASK_LOADERS: dict[str, Callable[[argparse.Namespace], tuple]] = {
+    "math": _load_math, "hover": _load_hover, "gsm8k": _load_gsm8k,
+}
+
+
+def probe_endpoint(url: str, flag: str = "--api-base", timeout: float = 5.0) -> None:
+    """Fail now, in one line, when nothing answers at ``url``: otherwise every rollout would fail later.
+
+    Any HTTP answer (even 401/404) means a server is there; only a refused or timed-out
+    connection is an error. Loopback is probed without any configured proxy.
+    """
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    host = urllib.parse.urlparse(url).hostname or ""
+    if not host:
+        raise UsageError(f"{flag} {url!r} is not a URL; write it like http://127.0.0.1:8000/v1.")
+    loopback = host in ("127.0.0.1", "localhost", "::1")
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({})) if loopback else urllib.request.build_opener()
+    try:
+        opener.open(url.rstrip("/") + "/models", timeout=timeout).close()
+    except urllib.error.HTTPError:
+        return
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        raise UsageError(f"{flag} {url} is unreachable ({reason}); start the server or fix the URL.") from None
+
+
+def build_role_lm(spec: str, role: str, api_base: str | None, args: argparse.Namespace, flag: str = "--api-base",
+                  **kw: Any):
+    """``build_lm`` plus the CLI's endpoint handling: probe ``api_base``, and a placeholder key for it.
+
+    A self-hosted OpenAI-compatible endpoint usually needs no key, but litellm's OpenAI client
+    refuses to start without one; a real provider key in the environment still wins.
+    """
+    from dspy_pxn.lms import LMSpecError, build_lm, check_api_key, parse_spec
+    from dspy_pxn.local_lm import LocalLMError
+
+    settings: dict[str, Any] = {"timeout": args.timeout, **kw}
+    parsed = parse_spec(spec)
+    if api_base and not parsed.local:
+        probe_endpoint(api_base, flag)
+        settings["api_base"] = api_base
+        try:
+            check_api_key(parsed, {})
+        except LMSpecError:
+            settings["api_key"] = "not-needed"
+    try:
+        return build_lm(spec, role=role, **settings)  # type: ignore[arg-type]
+    except LocalLMError as error:
+        raise UsageError(f"--{'reflection-' if role == 'reflection' else ''}lm {spec}: {error}") from None
+
+
+def build_lms(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The task and reflection LMs; a local spec named twice shares one server (see lms.local_server)."""
+    task_kw = {"max_tokens": args.task_max_tokens} if getattr(args, "task_max_tokens", None) else {}
+    refl_kw = {"max_tokens": args.reflection_max_tokens} if getattr(args, "reflection_max_tokens", None) else {}
+    task_lm = build_role_lm(args.lm, "task", args.api_base, args, **task_kw)
+    reflection_flag = "--reflection-api-base" if args.reflection_api_base else "--api-base"
+    reflection_lm = build_role_lm(args.reflection_lm, "reflection", args.reflection_api_base or args.api_base, args,
+                                  reflection_flag, **refl_kw)
+    return task_lm, reflection_lm
+
+
+def check_shape(args: argparse.Namespace) -> None:
+    """Bad P, N, W or budget: say which and how, before data or models load."""
+    for flag, value in (("--p", args.p), ("--n", args.n), ("--workers", args.workers), ("--budget", args.budget)):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} {value} must be a positive integer (P×N = parents × mutations per step, "
+                             "e.g. --p 2 --n 2).")
+
+
+def progress_line(record: StepRecord) -> str:
+    """One line per step: where the budget is, how good the best program is, what this step kept."""
+    return (f"step {record.step:>3} | metric calls {record.metric_calls_total:>5}/{record.budget} | "
+            f"best val {record.best_val:.3f} | accepted {record.accepted}/{record.proposals} | "
+            f"{record.wall_s:.1f} s")
+
+
+def _printer(out: TextIO) -> Callable[[StepRecord], None]:
+    def sink(record: StepRecord) -> None:
+        print(progress_line(record), file=out, flush=True)
+
+    return sink
+
+
+def default_log_dir(task: str, p: int, n: int) -> str:
+    return os.path.join("runs", f"{task}-{p}x{n}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def make_optimizer(args: argparse.Namespace, task: Task, reflection_lm: Any, p: int, n: int, log_dir: str,
+                   out: TextIO, run_name: str | None = None):
+    from dspy_pxn import BatchedGEPA
+
+    tracking: dict[str, Any] = {"mlflow": False}
+    if not args.no_mlflow:
+        tracking = {"mlflow": True, "tracking_uri": args.mlflow_uri, "experiment": args.experiment or f"dspy-pxn-{task.name}",
+                    "run_name": run_name or f"{task.name}-{p}x{n}", "run_tags": {"task": task.name}}
+    return BatchedGEPA(
+        metric=task.metric, p=p, n=n, max_metric_calls=args.budget, num_threads=args.workers,
+        reflection_lm=reflection_lm, reflection_minibatch_size=args.minibatch_size, seed=args.seed,
+        selection=_selection(args.selection), log_dir=log_dir, testset=task.test or None,
+        # Small models often break DSPy's output format; the reflector must see that to fix it.
+        add_format_failure_as_feedback=not args.no_format_feedback,
+        step_sinks=[_printer(out)], **tracking,
+    )
+
+
+def _selection(text: str) -> str | int:
+    return int(text) if text.isdigit() else text
+
+
+def seed_test_score(task: Task, workers: int) -> float | None:
+    """The unoptimized program on the same held-out set, so the summary compares like with like."""
+    from dspy_pxn.holdout import holdout_score
+    from dspy_pxn.pool import ThreadWorkerPool
+
+    if not task.test:
+        return None
+    pool = ThreadWorkerPool(workers)
+    try:
+        return holdout_score(task.program, task.test, task.metric, pool)
+    finally:
+        pool.close()
+
+
+def run_one(args: argparse.Namespace, task: Task, reflection_lm: Any, p: int, n: int, log_dir: str,
+            out: TextIO, run_name: str | None = None) -> RunOutcome:
+    optimizer = make_optimizer(args, task, reflection_lm, p, n, log_dir, out, run_name)
+    print(f"{task.name} {p}×{n}: W={args.workers}, budget {args.budget} metric calls, |train|={len(task.train)}, "
+          f"|val|={len(task.val)}, |test|={len(task.test)}; validating the seed program ...", file=out, flush=True)
+    best = optimizer.compile(task.program, trainset=task.train, valset=task.val)
+    results = best.detailed_results
+    # No candidate beat the seed: the returned program is the seed, so one test score serves both
+    # (a second evaluation would only measure the LM's nondeterminism, and cost the time again).
+    seed_test = results.test_score if results.best_idx == 0 else seed_test_score(task, args.workers)
+    program_path = os.path.join(log_dir, "program.json")
+    best.save(program_path)
+    uri = None if args.no_mlflow else (args.mlflow_uri or _default_uri())
+    return RunOutcome(best, seed_test, program_path, uri, optimizer.tracking.experiment if optimizer.tracking else None)
+
+
+def _default_uri() -> str:
+    import mlflow
+
+    return mlflow.get_tracking_uri()
+
+
+def _score(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def summary(outcome: RunOutcome) -> str:
+    """Seed vs optimized on val and test, time, calls, cost, instructions, and where everything went."""
+    results = outcome.program.detailed_results
+    seed_val, best_val = results.val_aggregate_scores[0], results.val_aggregate_scores[results.best_idx]
+    usage = results.usage
+    cost = (f"${usage.cost_usd:.4f}" if usage.cost_usd is not None
+            else "n/a (no price for these models in litellm's map; local models are free)")
+    lines = [
+        "",
+        "== summary ==",
+        f"val:  seed {_score(seed_val)} -> optimized {_score(best_val)}",
+        f"test: seed {_score(outcome.seed_test)} -> optimized {_score(results.test_score)}",
+        (f"wall-clock {_duration(results.wall_s)} (search), {len(results.steps)} steps, "
+         f"{results.total_metric_calls}/{results.budget} metric calls, {len(results.candidates)} candidates"),
+        f"cost {cost}; {usage.lm_calls} LM calls, {usage.prompt_tokens} prompt + {usage.completion_tokens} completion tokens",
+        "optimized instructions:",
+    ]
+    for name, predictor in outcome.program.named_predictors():
+        text = predictor.signature.instructions.strip().replace("\n", "\n    ")
+        lines.append(f"  [{name}]\n    {text}")
+    if results.best_idx == 0:
+        lines.append("  (no proposal beat the seed: the optimized program is the seed program)")
+    lines.append(f"saved program: {outcome.program_path} (load with program.load(path))")
+    if results.mlflow_run_id:
+        lines.append(f"MLflow run {results.mlflow_run_id} in experiment {outcome.experiment!r} at {outcome.tracking_uri} "
+                     f"(browse: mlflow ui --backend-store-uri {outcome.tracking_uri})")
+    elif outcome.tracking_uri:
+        lines.append(f"MLflow tracking did not reach {outcome.tracking_uri}; import later with "
+                     f"dspy-pxn mlflow-import {os.path.dirname(outcome.program_path)}")
+    return "\n".join(lines)
+
+
+def _prepare(args: argparse.Namespace) -> tuple[Task, Any]:
+    """Every check, then data, then LMs (the slow or billable part) last."""
+    from dspy_pxn.lms import parse_spec
+
+    check_shape(args)
+    for spec in (args.lm, args.reflection_lm):
+        parse_spec(spec)  # a typo in a model name fails before data or models load
+    task = load_task(args)
+    if args.budget < len(task.val):
+        raise UsageError(f"--budget {args.budget} is smaller than one validation of the seed ({len(task.val)} "
+                         "metric calls); raise --budget or lower --val-size.")
+    task_lm, reflection_lm = build_lms(args)
+    import dspy
+
+    dspy.configure(lm=task_lm)
+    return task, reflection_lm
+
+
+def optimize_command(args: argparse.Namespace) -> int:
+    task, reflection_lm = _prepare(args)
+    log_dir = args.log_dir or default_log_dir(task.name, args.p, args.n)
+    outcome = run_one(args, task, reflection_lm, args.p, args.n, log_dir, sys.stdout)
+    print(summary(outcome), flush=True)
+    return 0
+
+
+def sweep_command(args: argparse.Namespace) -> int:
+    from dspy_pxn.compare import compare_experiment
+    from dspy_pxn.tracking import sweep
+
+    if args.no_mlflow:
+        raise UsageError("sweep records its runs as nested MLflow runs: drop --no-mlflow.")
+    shapes = parse_shapes(args.configs)
+    for p, n in shapes:
+        args.p, args.n = p, n
+        check_shape(args)
+    task, reflection_lm = _prepare(args)
+    experiment = args.experiment or f"dspy-pxn-{task.name}"
+    log_dir = args.log_dir or os.path.join("runs", f"{task.name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
+    with sweep(args.sweep_name or f"{task.name}-sweep", experiment=experiment, tracking_uri=args.mlflow_uri,
+               log_dir=log_dir) as current:
+        for p, n in shapes:
+            child = current.child_log_dir(f"{p}x{n}")
+            outcome = run_one(args, task, reflection_lm, p, n, child, sys.stdout, run_name=f"{p}x{n}")
+            results = outcome.program.detailed_results
+            print(f"{p}x{n}: best val {_score(results.val_aggregate_scores[results.best_idx])}, "
+                  f"test {_score(results.test_score)} (seed {_score(outcome.seed_test)}), "
+                  f"{_duration(results.wall_s)}, program {outcome.program_path}\n", flush=True)
+    if current.run_id is None:
+        print(f"MLflow was unreachable; the runs are in {log_dir} (dspy-pxn mlflow-import {log_dir}).")
+        return 0
+    comparison = compare_experiment(experiment, os.path.join(log_dir, "comparison"), args.mlflow_uri,
+                                     parent_run_id=current.run_id)
+    print(comparison.table)
+    print(f"\nsweep run {current.run_id} in experiment {experiment!r}; wrote {comparison.table_path}")
+    return 0
+
+
+# The embedded demo: sized so it finishes in <= 15 min on a 2-core machine (benchmarks/results/demo.md).
+DEMO_DEFAULTS: dict[str, Any] = {
+    "lm": "local", "reflection_lm": "local:qwen2.5-coder-1.5b", "p": 2, "n": 1, "workers": 4, "budget": 40,
+    "train_size": 24, "val_size": 8, "test_size": 20, "minibatch_size": 3, "task_max_tokens": 512,
+    "reflection_max_tokens": 768,
+}
+
+
+def demo_command(args: argparse.Namespace) -> int:
+    """GSM8K with the embedded local models: ``optimize gsm8k`` with sizes that fit 15 minutes."""
+    args.task, args.corpus = "gsm8k", None
+    started = time.perf_counter()
+    print(f"dspy-pxn demo: task LM {args.lm}, reflection LM {args.reflection_lm}, GSM8K "
+          f"{args.train_size}/{args.val_size}/{args.test_size}, {args.p}×{args.n}, budget {args.budget}", flush=True)
+    code = optimize_command(args)
+    print(f"demo total (models, search, both test scores): {_duration(time.perf_counter() - started)}")
+    return code
+
+
+def _run_options(parser: argparse.ArgumentParser, demo: bool = False) -> None:
+    """Options shared by optimize, sweep and demo."""
+    d = DEMO_DEFAULTS if demo else {}
+    parser.add_argument("--lm", default=d.get("lm"), required=not demo,
+                        help="task LM: a litellm model string (openai/gpt-4.1-mini, ...) or local[:name]")
+    parser.add_argument("--reflection-lm", default=d.get("reflection_lm"), required=not demo,
+                        help="reflection LM, same forms as --lm")
+    parser.add_argument("--api-base", help="OpenAI-compatible endpoint for API-model specs (probed before the run)")
+    parser.add_argument("--reflection-api-base", help="endpoint for the reflection LM (default: --api-base)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per LM call")
+    parser.add_argument("--workers", type=int, default=d.get("workers", 16), help="W: concurrent rollouts")
+    parser.add_argument("--budget", type=int, default=d.get("budget", 300), help="B: max metric calls")
+    parser.add_argument("--minibatch-size", type=int, default=d.get("minibatch_size", 3), help="reflection minibatch")
+    parser.add_argument("--selection", default="all", help="all | best | k (top-k children validated per step)")
+    parser.add_argument("--data-dir", help="folder with livebench_math/, hover/, gsm8k/ (default $DSPY_PXN_DATA_DIR)")
+    for split in ("train", "val", "test"):
+        parser.add_argument(f"--{split}-size", type=int, default=d.get(f"{split}_size"),
+                            help=f"subsample the {split} split to this many examples")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-format-feedback", action="store_true",
+                        help="do not show output-format failures to the reflector (dspy.GEPA's default)")
+    parser.add_argument("--mlflow-uri", help="MLflow tracking URI (default: MLflow's, i.e. ./mlflow.db)")
+    parser.add_argument("--experiment", help="MLflow experiment (default: dspy-pxn-TASK)")
+    parser.add_argument("--no-mlflow", action="store_true", help="do not track in MLflow (log_dir still has everything)")
+    parser.add_argument("--log-dir", help="run directory: step log, program.json (default: runs/TASK-PxN-TIME)")
+    parser.set_defaults(task_max_tokens=d.get("task_max_tokens"), reflection_max_tokens=d.get("reflection_max_tokens"))
+
+
+def add_run_commands(commands: Any) -> None:
+    optimize = commands.add_parser("optimize", help="optimize a task program with BatchedGEPA")
+    optimize.add_argument("task", help=f"one of {', '.join(TASKS)}")
+    optimize.add_argument("--p", type=int, default=2, help="parents per step")
+    optimize.add_argument("--n", type=int, default=2, help="mutations per parent")
+    optimize.add_argument("--corpus", help="hover: JSONL passages to search (BM25 index built beside it once)")
+    _run_options(optimize)
+    optimize.set_defaults(handler=optimize_command)
+
+    sweep_parser = commands.add_parser("sweep", help="one nested MLflow run per P×N config, then the comparison table")
+    sweep_parser.add_argument("task", help=f"one of {', '.join(TASKS)}")
+    sweep_parser.add_argument("--configs", default="1x1,2x2,8x1", help="P×N settings, e.g. 1x1,2x2,8x1")
+    sweep_parser.add_argument("--corpus", help="hover: JSONL passages to search")
+    sweep_parser.add_argument("--sweep-name", help="parent run name (default: TASK-sweep)")
+    _run_options(sweep_parser)
+    sweep_parser.set_defaults(handler=sweep_command, p=1, n=1)
+
+    demo = commands.add_parser("demo", help="embedded end-to-end run: local models on GSM8K, no API key")
+    demo.add_argument("--p", type=int, default=DEMO_DEFAULTS["p"])
+    demo.add_argument("--n", type=int, default=DEMO_DEFAULTS["n"])
+    _run_options(demo, demo=True)
+    demo.set_defaults(handler=demo_command)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dspy-pxn", description="DSPy's GEPA with P×N parallel proposals.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -176,6 +583,7 @@ def build_parser() -> argparse.ArgumentParser:
     mlflow_import.add_argument("--tracking-uri", help="destination (default: where the run was tracked)")
     mlflow_import.add_argument("--experiment", help="destination experiment (default: the run's)")
     mlflow_import.set_defaults(handler=import_command)
+    add_run_commands(commands)
     return parser
 
 

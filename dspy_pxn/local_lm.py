@@ -254,8 +254,10 @@ def marker_grammar(output_fields: list[str]) -> str:
         rules.append(f'f{i} ::= {header} "\\n" body' if name != "completed" else f"f{i} ::= {header}")
     # A body starts with a real character, not "{" (small models copy ChatAdapter's "{answer}"
     # placeholder, then loop), and holds no "[" at all: SmolLM2 "closes" a section with
-    # "[## ## ##]", so any "[" must be the start of the next marker.
-    rules.append("body ::= [^\\[{ \\n] [^\\[]*")
+    # "[## ## ##]", so any "[" must be the start of the next marker. A body ends with a newline so
+    # the next marker starts a line: the 0.5B model opens LaTeX display math (backslash-bracket), which without
+    # it became backslash + "[[ ## answer ## ]]", a marker DSPy's ChatAdapter does not recognise.
+    rules.append('body ::= [^\\[{ \\n] [^\\[]* "\\n"')
     return "\n".join(rules) + "\n"
 
 

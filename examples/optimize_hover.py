@@ -1,0 +1,73 @@
+"""Optimize the HoVer multi-hop agent (query writer + note taker) with BatchedGEPA.
+
+    export OPENAI_API_KEY=...   DSPY_PXN_DATA_DIR=/path/to/shared/data
+    python examples/optimize_hover.py --corpus wiki.abstracts.2017.jsonl --p 2 --n 2 --budget 300
+
+Without --corpus, a stand-in corpus is built from the HoVer claims themselves
+(programs.demo_corpus): fine for trying the pipeline, not for numbers. --api-base points
+both LMs at an OpenAI-compatible server; the tests run this script that way, with tiny sizes.
+"""
+
+import argparse
+import os
+import tempfile
+
+import dspy
+
+from dspy_pxn import BatchedGEPA
+from dspy_pxn.lms import build_lm
+from programs.demo_corpus import write_claims_corpus
+from programs.hover import HoverAgent, load_hover, metric
+from programs.retrieval import open_index
+
+
+def make_lm(spec: str, role: str, api_base: str | None):
+    """A dspy.LM for a litellm string or 'local'; a self-hosted endpoint gets a placeholder key."""
+    extra = {"api_base": api_base, "api_key": os.environ.get("OPENAI_API_KEY", "none")} if api_base else {}
+    return build_lm(spec, role, timeout=600, **extra)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lm", default="openai/gpt-4.1-mini")
+    parser.add_argument("--reflection-lm", default="openai/gpt-5-mini")
+    parser.add_argument("--api-base", help="OpenAI-compatible endpoint for both LMs")
+    parser.add_argument("--data-dir", help="default: $DSPY_PXN_DATA_DIR")
+    parser.add_argument("--corpus", help='JSONL of {"title", "text"}; the BM25 index is built beside it once')
+    parser.add_argument("--p", type=int, default=2)
+    parser.add_argument("--n", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--budget", type=int, default=300)
+    parser.add_argument("--train-size", type=int, default=200)  # offline split: 200 / 150 / 200
+    parser.add_argument("--val-size", type=int, default=150)
+    parser.add_argument("--test-size", type=int, default=200)
+    parser.add_argument("--log-dir", default="runs/hover")
+    args = parser.parse_args(argv)
+
+    train, val, test = load_hover(args.data_dir)
+    train, val, test = train[: args.train_size], val[: args.val_size], test[: args.test_size]
+    corpus = args.corpus or str(write_claims_corpus(train + val + test,
+                                                    os.path.join(tempfile.mkdtemp(), "claims.jsonl")))
+    agent = HoverAgent(open_index(corpus=corpus))  # 4 hops of (write query -> BM25 top-7 -> take notes)
+    dspy.configure(lm=make_lm(args.lm, "task", args.api_base))
+
+    optimizer = BatchedGEPA(
+        metric=metric,  # recall of the gold articles, feedback per predictor (query writer / note taker)
+        p=args.p, n=args.n, max_metric_calls=args.budget, num_threads=args.workers,
+        reflection_lm=make_lm(args.reflection_lm, "reflection", args.api_base),
+        testset=test, log_dir=args.log_dir,
+        step_sinks=[lambda s: print(f"step {s.step}: {s.metric_calls_total}/{s.budget} calls, "
+                                    f"best val {s.best_val:.3f}, {s.accepted} accepted")],
+    )
+    best = optimizer.compile(agent, trainset=train, valset=val)
+
+    results = best.detailed_results
+    print(f"val {results.val_aggregate_scores[0]:.3f} -> {max(results.val_aggregate_scores):.3f}, "
+          f"test {results.test_score:.3f}, {results.total_metric_calls} calls in {results.wall_s:.1f} s")
+    for name, predictor in best.named_predictors():
+        print(f"[{name}] {predictor.signature.instructions}")
+    best.save(os.path.join(args.log_dir, "program.json"))
+
+
+if __name__ == "__main__":
+    main()

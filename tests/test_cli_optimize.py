@@ -1,0 +1,180 @@
+"""`dspy-pxn optimize | sweep | demo` end to end on the loopback latency server, and the one-line errors.
+
+The LM answers are the simulator's (it cannot solve GSM8K or HoVer), so these tests check the
+wiring a user relies on - progress lines, the summary, the saved program, MLflow runs and
+nesting - not scores. The real local-model demo is a manual command (benchmarks/results/demo.md).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import socket
+
+import pytest
+from mlflow import MlflowClient
+
+from dspy_pxn.cli import main as cli
+from dspy_pxn.latency_server import LatencyServer
+from dspy_pxn.tracking import PARENT_TAG
+from tests.test_programs_helpers import require_data
+
+TINY = ["--train-size", "4", "--val-size", "3", "--test-size", "3", "--workers", "4", "--budget", "24"]
+
+
+@pytest.fixture(scope="module")
+def server():
+    with LatencyServer(task_latency=0.01, reflection_latency=0.02) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
+
+
+@pytest.fixture(scope="module")
+def data_dir():
+    return str(require_data("gsm8k", "hover"))
+
+
+def sim_lms(server: LatencyServer) -> list[str]:
+    return ["--lm", "openai/sim-task", "--reflection-lm", "openai/sim-reflection", "--api-base", server.base_url]
+
+
+def test_optimize_gsm8k_prints_progress_and_summary_and_saves_the_program(server, store, data_dir, tmp_path, capsys):
+    log_dir = tmp_path / "run"
+    assert cli(["optimize", "gsm8k", "--p", "2", "--n", "1", *sim_lms(server), *TINY, "--data-dir", data_dir,
+                "--mlflow-uri", store, "--experiment", "cli-opt", "--log-dir", str(log_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "step   1 | metric calls" in out and "/24 | best val" in out and "| accepted " in out
+    for needle in ("val:  seed", "test: seed", "wall-clock", "metric calls", "cost ", "[solve.predict]",
+                   f"saved program: {log_dir}/program.json", "MLflow run "):
+        assert needle in out, needle
+    assert json.loads((log_dir / "program.json").read_text())
+    run_id = out.split("MLflow run ")[1].split()[0]
+    run = MlflowClient(store).get_run(run_id)
+    assert run.data.params["p"] == "2" and run.info.status == "FINISHED"
+
+
+def test_optimize_hover_runs_on_a_small_claims_corpus(server, data_dir, tmp_path, capsys):
+    from programs.demo_corpus import write_claims_corpus
+    from programs.hover import load_hover
+
+    corpus = write_claims_corpus(itertools.chain(*load_hover(data_dir)), tmp_path / "claims.jsonl")
+    assert cli(["optimize", "hover", "--p", "1", "--n", "1", *sim_lms(server), "--data-dir", data_dir,
+                "--corpus", str(corpus), "--train-size", "3", "--val-size", "2", "--test-size", "2",
+                "--budget", "12", "--workers", "4", "--no-mlflow", "--log-dir", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "[write_query.predict]" in out and "[take_notes.predict]" in out
+    assert "test: seed" in out and (tmp_path / "run" / "program.json").is_file()
+
+
+def test_sweep_nests_one_run_per_config_and_prints_the_table(server, store, data_dir, tmp_path, capsys):
+    assert cli(["sweep", "gsm8k", "--configs", "1x1,2x1", *sim_lms(server), *TINY, "--data-dir", data_dir,
+                "--mlflow-uri", store, "--experiment", "cli-sweep", "--log-dir", str(tmp_path / "sweep")]) == 0
+    out = capsys.readouterr().out
+    assert "| 1x1 |" in out.replace("1×1", "1x1") and "2x1" in out
+    client = MlflowClient(store)
+    runs = client.search_runs([client.get_experiment_by_name("cli-sweep").experiment_id])
+    parents = [r for r in runs if PARENT_TAG not in r.data.tags]
+    children = [r for r in runs if PARENT_TAG in r.data.tags]
+    assert len(parents) == 1 and len(children) == 2
+    assert {r.data.tags[PARENT_TAG] for r in children} == {parents[0].info.run_id}
+
+
+def test_demo_wiring_with_the_lms_overridden(server, store, data_dir, tmp_path, capsys):
+    """The demo path (GSM8K, sizes, MLflow, both test scores) with the local models swapped for the server."""
+    assert cli(["demo", *sim_lms(server), "--data-dir", data_dir, "--budget", "15", "--train-size", "4",
+                "--val-size", "3", "--test-size", "3", "--mlflow-uri", store, "--log-dir", str(tmp_path / "demo")]) == 0
+    out = capsys.readouterr().out
+    assert "dspy-pxn demo: task LM openai/sim-task" in out and "2×1" in out
+    assert "test: seed" in out and "demo total" in out and "MLflow run " in out
+
+
+def test_demo_defaults_are_the_embedded_models():
+    from dspy_pxn.cli import build_parser
+
+    args = build_parser().parse_args(["demo"])
+    assert args.lm == "local" and args.reflection_lm.startswith("local") and args.budget <= 60
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["optimize", "poetry", "--lm", "local", "--reflection-lm", "local"], "unknown task 'poetry': choose one of"),
+        (["optimize", "gsm8k", "--lm", "local", "--reflection-lm", "local", "--p", "0"], "--p 0 must be a positive"),
+        (["optimize", "gsm8k", "--lm", "local", "--reflection-lm", "local", "--n", "-1"], "--n -1 must be a positive"),
+        (["sweep", "gsm8k", "--lm", "local", "--reflection-lm", "local", "--configs", "2y2"], "write shapes like"),
+        (["optimize", "hover", "--lm", "local", "--reflection-lm", "local"], "hover needs --corpus PATH"),
+        (["optimize", "gsm8k", "--lm", "local", "--reflection-lm", "local", "--data-dir", "/nonexistent/data"],
+         "--data-dir '/nonexistent/data' is not a directory"),
+        (["optimize", "gsm8k", "--lm", "nosuchprovider-model", "--reflection-lm", "local"], "unknown LM spec"),
+    ],
+)
+def test_usage_errors_are_one_actionable_line(argv, needle, capsys):
+    assert cli(argv) == 2
+    assert needle in _error_line(capsys)
+
+
+def test_missing_data_dir_names_the_env_var(monkeypatch, capsys):
+    monkeypatch.delenv("DSPY_PXN_DATA_DIR", raising=False)
+    assert cli(["optimize", "gsm8k", "--lm", "local", "--reflection-lm", "local"]) == 2
+    line = _error_line(capsys)
+    assert "DSPY_PXN_DATA_DIR" in line and "--data-dir" in line
+
+
+def test_missing_api_key_names_the_variable(monkeypatch, data_dir, capsys):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert cli(["optimize", "gsm8k", "--lm", "openai/gpt-4.1-mini", "--reflection-lm", "openai/gpt-5-mini",
+                "--data-dir", data_dir, *TINY]) == 2
+    line = _error_line(capsys)
+    assert "OPENAI_API_KEY" in line and "--lm local" in line
+
+
+def test_unreachable_endpoint_is_reported_before_the_run(data_dir, capsys):
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    assert cli(["optimize", "gsm8k", "--lm", "openai/my-model", "--reflection-lm", "openai/my-model",
+                "--api-base", url, "--data-dir", data_dir, *TINY]) == 2
+    line = _error_line(capsys)
+    assert f"--api-base {url} is unreachable" in line and "start the server" in line
+
+
+def test_budget_below_one_validation_is_refused(data_dir, capsys):
+    assert cli(["optimize", "gsm8k", "--lm", "local", "--reflection-lm", "local", "--data-dir", data_dir,
+                "--val-size", "10", "--budget", "5"]) == 2
+    assert "smaller than one validation" in _error_line(capsys)
+
+
+# ----------------------------------------------------------------------------- the demo's task (programs/gsm8k.py)
+def test_gsm8k_metric_names_the_expected_and_the_parsed_number():
+    import dspy
+
+    from programs.gsm8k import metric
+
+    gold = dspy.Example(question="q", answer="1,200").with_inputs("question")
+    assert metric(gold, dspy.Prediction(answer="$1200.")).score == 1.0
+    wrong = metric(gold, dspy.Prediction(answer="about 12 dollars"))
+    assert wrong.score == 0.0 and "expected answer is 1200" in wrong.feedback and "is 12 " in wrong.feedback
+    assert "no number" in metric(gold, dspy.Prediction(answer="")).feedback
+
+
+def test_gsm8k_splits_are_fixed_by_seed_and_disjoint(data_dir):
+    from programs.gsm8k import load_gsm8k
+
+    a, b = load_gsm8k(data_dir, n_train=10, n_val=5, n_test=5), load_gsm8k(data_dir, n_train=10, n_val=5, n_test=5)
+    assert [e.question for e in a.train + a.val + a.test] == [e.question for e in b.train + b.val + b.test]
+    assert not {e.question for e in a.train} & {e.question for e in a.val}
+    assert load_gsm8k(data_dir, n_train=10, n_val=5, n_test=5, seed=1).val != a.val
