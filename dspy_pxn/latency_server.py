@@ -587,6 +587,7 @@ class LatencyServer:
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
         params: dict[str, Any] = dict(
             api_base=self.base_url, api_key="sim", cache=False, temperature=0.0, num_retries=0, engine="litellm",
+            timeout=60,
         )
         params.update(kw)
         return dspy.LM(f"openai/sim-{kind_hint}", **params)
