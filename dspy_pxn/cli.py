@@ -266,23 +266,14 @@ def probe_endpoint(url: str, flag: str = "--api-base", timeout: float = 5.0) -> 
 
 def build_role_lm(spec: str, role: str, api_base: str | None, args: argparse.Namespace, flag: str = "--api-base",
                   **kw: Any):
-    """``build_lm`` plus the CLI's endpoint handling: probe ``api_base``, and a placeholder key for it.
-
-    A self-hosted OpenAI-compatible endpoint usually needs no key, but litellm's OpenAI client
-    refuses to start without one; a real provider key in the environment still wins.
-    """
-    from dspy_pxn.lms import LMSpecError, build_lm, check_api_key, parse_spec
+    """``build_lm`` plus the CLI's endpoint handling: ``api_base`` is probed before any model starts."""
+    from dspy_pxn.lms import build_lm, parse_spec
     from dspy_pxn.local_lm import LocalLMError
 
     settings: dict[str, Any] = {"timeout": args.timeout, **kw}
-    parsed = parse_spec(spec)
-    if api_base and not parsed.local:
+    if api_base and not parse_spec(spec).local:
         probe_endpoint(api_base, flag)
         settings["api_base"] = api_base
-        try:
-            check_api_key(parsed, {})
-        except LMSpecError:
-            settings["api_key"] = "not-needed"
     try:
         return build_lm(spec, role=role, **settings)  # type: ignore[arg-type]
     except LocalLMError as error:

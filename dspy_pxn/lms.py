@@ -139,6 +139,17 @@ def stop_local_servers() -> None:
 _SERVER_KEYS = ("parallel", "ctx_per_slot", "threads", "reuse", "startup_timeout")
 
 
+def _key_for_endpoint(parsed: LMSpec) -> str | None:
+    """The key to send to an explicit ``api_base``: the provider's key when the environment has
+    one, else a placeholder — a self-hosted OpenAI-compatible server usually needs none, but
+    litellm's OpenAI client refuses to start without one."""
+    try:
+        check_api_key(parsed, {})
+    except LMSpecError:
+        return "not-needed"
+    return None
+
+
 def build_lm(spec: str, role: Role = "task", **kw: Any):  # -> dspy.LM
     """A ``dspy.LM`` for ``spec`` in ``role`` ("task" or "reflection").
 
@@ -150,7 +161,7 @@ def build_lm(spec: str, role: Role = "task", **kw: Any):  # -> dspy.LM
     if role not in ("task", "reflection"):
         raise LMSpecError(f"role={role!r}: pass 'task' or 'reflection'")
     parsed = parse_spec(spec)
-    settings = {**ROLE_DEFAULTS[(role, parsed.local)], **kw}
+    settings = {**ROLE_DEFAULTS[(role, parsed.local)], **{k: v for k, v in kw.items() if not (k == "api_base" and v is None)}}
     if parsed.local:
         server_kw = {k: settings.pop(k) for k in _SERVER_KEYS if k in settings}
         lm = local_server(parsed.model, **server_kw).lm(**settings)
@@ -158,6 +169,8 @@ def build_lm(spec: str, role: Role = "task", **kw: Any):  # -> dspy.LM
         for k in _SERVER_KEYS + ("grammar",):
             if k in settings:
                 raise LMSpecError(f"{k}= applies only to local LMs, not to {parsed.model!r}: drop it")
+        if settings.get("api_base") and not settings.get("api_key"):
+            settings["api_key"] = _key_for_endpoint(parsed)
         check_api_key(parsed, settings)
         import dspy
 

@@ -21,12 +21,6 @@ from programs.hover import HoverAgent, load_hover, metric
 from programs.retrieval import open_index
 
 
-def make_lm(spec: str, role: str, api_base: str | None):
-    """A dspy.LM for a litellm string or 'local'; a self-hosted endpoint gets a placeholder key."""
-    extra = {"api_base": api_base, "api_key": os.environ.get("OPENAI_API_KEY", "none")} if api_base else {}
-    return build_lm(spec, role, timeout=600, **extra)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lm", default="openai/gpt-4.1-mini")
@@ -49,12 +43,12 @@ def main(argv: list[str] | None = None) -> None:
     corpus = args.corpus or str(write_claims_corpus(train + val + test,
                                                     os.path.join(tempfile.mkdtemp(), "claims.jsonl")))
     agent = HoverAgent(open_index(corpus=corpus))  # 4 hops of (write query -> BM25 top-7 -> take notes)
-    dspy.configure(lm=make_lm(args.lm, "task", args.api_base))
+    dspy.configure(lm=build_lm(args.lm, "task", api_base=args.api_base, timeout=600))
 
     optimizer = BatchedGEPA(
         metric=metric,  # recall of the gold articles, feedback per predictor (query writer / note taker)
         p=args.p, n=args.n, max_metric_calls=args.budget, num_threads=args.workers,
-        reflection_lm=make_lm(args.reflection_lm, "reflection", args.api_base),
+        reflection_lm=build_lm(args.reflection_lm, "reflection", api_base=args.api_base, timeout=600),
         testset=test, log_dir=args.log_dir,
         step_sinks=[lambda s: print(f"step {s.step}: {s.metric_calls_total}/{s.budget} calls, "
                                     f"best val {s.best_val:.3f}, {s.accepted} accepted")],

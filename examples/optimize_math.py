@@ -18,12 +18,6 @@ from dspy_pxn.lms import build_lm
 from programs.math_solver import MathSolver, load_livebench_math, metric
 
 
-def make_lm(spec: str, role: str, api_base: str | None):
-    """A dspy.LM for a litellm string or 'local'; a self-hosted endpoint gets a placeholder key."""
-    extra = {"api_base": api_base, "api_key": os.environ.get("OPENAI_API_KEY", "none")} if api_base else {}
-    return build_lm(spec, role, timeout=600, **extra)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lm", default="openai/gpt-4.1-mini")
@@ -42,12 +36,12 @@ def main(argv: list[str] | None = None) -> None:
 
     train, val, test = load_livebench_math(args.data_dir)
     train, val, test = train[: args.train_size], val[: args.val_size], test[: args.test_size]
-    dspy.configure(lm=make_lm(args.lm, "task", args.api_base))
+    dspy.configure(lm=build_lm(args.lm, "task", api_base=args.api_base, timeout=600))
 
     optimizer = BatchedGEPA(
         metric=metric,  # score + feedback naming the expected answer and the required format
         p=args.p, n=args.n, max_metric_calls=args.budget, num_threads=args.workers,
-        reflection_lm=make_lm(args.reflection_lm, "reflection", args.api_base),
+        reflection_lm=build_lm(args.reflection_lm, "reflection", api_base=args.api_base, timeout=600),
         testset=test,  # scored once after the search, never seen by it
         log_dir=args.log_dir,  # steps.jsonl; rerun with the same log_dir to resume after a crash
         step_sinks=[lambda s: print(f"step {s.step}: {s.metric_calls_total}/{s.budget} calls, "

@@ -21,12 +21,6 @@ from dspy_pxn.tracking import sweep
 from programs.gsm8k import GSM8KSolver, load_gsm8k, metric
 
 
-def make_lm(spec: str, role: str, api_base: str | None):
-    """A dspy.LM for a litellm string or 'local'; a self-hosted endpoint gets a placeholder key."""
-    extra = {"api_base": api_base, "api_key": os.environ.get("OPENAI_API_KEY", "none")} if api_base else {}
-    return build_lm(spec, role, timeout=600, **extra)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lm", default="openai/gpt-4.1-mini")
@@ -44,8 +38,8 @@ def main(argv: list[str] | None = None) -> None:
 
     n_train, n_val, n_test = (int(v) for v in args.sizes.split(","))
     train, val, test = load_gsm8k(args.data_dir, n_train=n_train, n_val=n_val, n_test=n_test)
-    dspy.configure(lm=make_lm(args.lm, "task", args.api_base))
-    reflection_lm = make_lm(args.reflection_lm, "reflection", args.api_base)
+    dspy.configure(lm=build_lm(args.lm, "task", api_base=args.api_base, timeout=600))
+    reflection_lm = build_lm(args.reflection_lm, "reflection", api_base=args.api_base, timeout=600)
 
     # Every BatchedGEPA compiled inside the block becomes a child run of the sweep's parent run.
     with sweep("gsm8k-sweep", experiment=args.experiment, tracking_uri=args.tracking_uri,
