@@ -277,9 +277,10 @@ class BatchedGEPA(dspy.GEPA):
         checks.budget_covers_validation(budget, len(valset))
         checks.examples_match_program(student, trainset=trainset, valset=valset, testset=self.testset)
         checks.writable_dir("log_dir", self.log_dir)
+        settings = self.run_settings(student, trainset, valset)
         saved_state = resume.load_saved_state(self.log_dir)
         if saved_state is not None:
-            resume.check_resumable(saved_state, self.run_settings(student, trainset, valset), self.log_dir)
+            resume.check_resumable(saved_state, settings, self.log_dir)
 
         owns_pool = self.pool is None or self.pool == "ray"
         pool = self.make_pool() if owns_pool else self.pool
@@ -293,7 +294,7 @@ class BatchedGEPA(dspy.GEPA):
             lm_counter = limits.LMCallLimiter()  # this run's calls, retries and failures (never blocks)
             with meter.active(), limits.installed(self.lm_limiter, lm_counter):
                 program, gepa_result, adapter, recorder = self._optimize(
-                    student, trainset, valset, budget, pool, meter, tracker, saved_state
+                    student, trainset, valset, budget, pool, meter, tracker, settings, saved_state
                 )
                 wall_s, usage = time.perf_counter() - started, meter.totals()
                 test_score = None
@@ -334,7 +335,7 @@ class BatchedGEPA(dspy.GEPA):
             trainset=trainset, valset=valset, seed_candidate=seed_candidate(student),
         )
 
-    def _optimize(self, student, trainset, valset, budget, pool, meter=None, tracker=None, saved_state=None):
+    def _optimize(self, student, trainset, valset, budget, pool, meter, tracker, settings, saved_state):
         recorder = StepRecorder(
             self.p, self.n, budget, pool, log_dir=self.log_dir or (tracker.log_dir if tracker else None),
             sinks=[*self.step_sinks, *([tracker.on_step] if tracker else [])],
@@ -367,7 +368,7 @@ class BatchedGEPA(dspy.GEPA):
         # so a 1×1 run draws the same parents and minibatches as dspy.GEPA.
         rng = random.Random(self.seed)
         sampler = SequentialMinibatchSampler(self.reflection_minibatch_size, rng)
-        adapter.checkpoint = resume.RunCheckpoint(self.run_settings(student, trainset, valset), sampler, rng)
+        adapter.checkpoint = resume.RunCheckpoint(settings, sampler, rng)
         if saved_state is not None:
             completed = saved_state.i + 1
             logger.info("Resuming from log_dir=%s after step %d (%d of %d metric calls spent).",
