@@ -107,7 +107,9 @@ class StepRecorder:
         minibatch_size: int = 0,
         val_size: int = 0,
         usage: UsageMeter | None = None,
+        lm_counts: Any = None,  # dspy_pxn.limits.StepLMCounts: LM retries and failures per step
     ):
+        self.lm_counts = lm_counts
         self.p, self.n, self.budget = p, n, budget
         self.minibatch_size, self.val_size = minibatch_size, val_size
         self.usage = usage
@@ -188,7 +190,7 @@ class StepRecorder:
             minibatch_size=self.minibatch_size,
             val_size=self.val_size,
             **self._usage_fields(),
-            **(self.lm_counts.step_fields() if getattr(self, "lm_counts", None) is not None else {}),
+            **(self.lm_counts.step_fields() if self.lm_counts is not None else {}),
         )
         self.steps.append(record)
         self._write(record)

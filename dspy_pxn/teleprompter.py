@@ -340,8 +340,8 @@ class BatchedGEPA(dspy.GEPA):
             self.p, self.n, budget, pool, log_dir=self.log_dir or (tracker.log_dir if tracker else None),
             sinks=[*self.step_sinks, *([tracker.on_step] if tracker else [])],
             minibatch_size=self.reflection_minibatch_size, val_size=len(valset), usage=meter,
+            lm_counts=limits.StepLMCounts(limits.current_counter()),  # retries and failures per step
         )
-        recorder.lm_counts = limits.StepLMCounts(limits.current_counter())  # retries and failures per step
         predictors = student.named_predictors()
         adapter = BatchedAdapter(
             student_module=student,
