@@ -180,6 +180,7 @@ class RuntimeModel:
                 calls += probability * validated * V
                 waves += probability * math.ceil(validated * V / W)
                 trigger += probability * (validated > 0)
+            trigger = min(trigger, 1.0)  # the pmf's float sum can exceed 1 by an ulp
             step_latency += self.step_overhead_s + 2 * T_e + T_r
             validation_latency += trigger * T_e
             pool_wait += (2 * (screen_waves - 1)) * T_e + (reflect_waves - 1) * T_r + (waves - trigger) * T_e

@@ -4,7 +4,7 @@ import math
 import struct
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from dspy_pxn import BatchedGEPA
@@ -75,6 +75,7 @@ probability = st.floats(min_value=0.0, max_value=1.0)
 
 
 @settings(max_examples=60, deadline=None)
+@example(t_e=1.0, t_r=1.0, a=0.7421875, p=8, n=4, workers=1, val=1, m=1, extra=63)  # pmf summed to 1 + ulp
 @given(t_e=latency, t_r=latency, a=probability, p=st.integers(1, 8), n=st.integers(1, 4),
        workers=st.integers(1, 64), val=st.integers(1, 60), m=st.integers(1, 5), extra=st.integers(0, 800))
 def test_predictions_respect_budget_floor_and_monotonicity(t_e, t_r, a, p, n, workers, val, m, extra):
