@@ -129,6 +129,14 @@ class LMCallLimiter(BaseCallback):
             if call_id in self._open:
                 self._open[call_id] += 1
 
+    def absorb(self, counts: LMCallCounts) -> None:
+        """Add calls made where this limiter could not see them (a Ray actor's rollout)."""
+        with self._lock:
+            self._calls += counts.calls
+            self._attempts += counts.attempts
+            self._retries += counts.retries
+            self._failures += counts.failures
+
     # -- reading -----------------------------------------------------------------------
     def counts(self) -> LMCallCounts:
         with self._lock:

@@ -9,6 +9,13 @@ thread pool. A killed actor is restarted by Ray and its in-flight calls are retr
 (``max_task_retries``); a call that still fails raises ``WorkerLostError`` instead of
 hanging the step.
 
+A rollout's LM accounting comes back with its result: the actor meters each call's
+usage (tokens, for dollars) and counts its LM calls, retries and failures, and the driver
+replays them into the run's usage meter and LM-call counters, so a step's tokens, cost
+and retries read the same as with threads. The run's ``max_concurrent_lm_calls`` cap is a
+semaphore in the driver's process, which actors cannot share; rollouts make their LM calls
+one at a time, so the driver caps *rollouts* in flight at that number instead.
+
 Ray is an optional extra (``pip install 'dspy-pxn[ray]'``): importing dspy_pxn never
 imports ray; constructing a ``RayWorkerPool`` does.
 """
@@ -24,7 +31,9 @@ from typing import Any, TypeVar
 
 import dspy
 
+from dspy_pxn.limits import LMCallCounts, LMCallLimiter
 from dspy_pxn.pool import ThreadWorkerPool
+from dspy_pxn.usage import UsageMeter
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -51,11 +60,15 @@ def _require_ray():
 class RolloutActor:
     """Runs the driver's functions under the driver's dspy settings, many at once (threads)."""
 
-    def run(self, fn: Callable[[Any], Any], item: Any, settings: dict[str, Any]) -> tuple[Any, float]:
+    def run(
+        self, fn: Callable[[Any], Any], item: Any, settings: dict[str, Any]
+    ) -> tuple[Any, float, dict[str, list[dict[str, Any]]], LMCallCounts]:
+        """The result, its seconds, and the LM usage and call counts it spent (for the driver's meters)."""
+        meter, counter = UsageMeter(), LMCallLimiter()
         start = time.perf_counter()
-        with dspy.context(**settings):
+        with dspy.context(**settings, usage_tracker=meter, callbacks=[counter]):
             result = fn(item)
-        return result, time.perf_counter() - start
+        return result, time.perf_counter() - start, dict(meter.usage_data), counter.counts()
 
     def pid(self) -> int:
         return os.getpid()
@@ -119,25 +132,42 @@ class RayWorkerPool:
         settings = {name: getattr(dspy.settings, name) for name in SHIPPED_SETTINGS if getattr(dspy.settings, name)}
         settings_ref = self._ray.put(settings)
         fn_ref = self._ray.put(fn)
+        tracker = dspy.settings.usage_tracker
+        counters = [c for c in dspy.settings.get("callbacks", None) or [] if isinstance(c, LMCallLimiter)]
+        caps = [c.max_concurrent for c in counters if c.max_concurrent]
+        lm_cap = threading.BoundedSemaphore(min(caps)) if caps else None
         refs = []
         for item in items:
+            if lm_cap is not None:
+                lm_cap.acquire()  # the run's max_concurrent_lm_calls, as rollouts in flight
             self._slots.acquire()  # never more than max_concurrency calls in flight
             ref = self._actors[next(self._next)].run.remote(fn_ref, item, settings_ref)
             refs.append(ref)
-            self._release_when_done(ref)
+            self._release_when_done(ref, lm_cap)
         results = []
         for ref in refs:
             try:
-                result, seconds = self._ray.get(ref)
+                result, seconds, usage, counts = self._ray.get(ref)
             except self._ray.exceptions.RayActorError as error:
                 raise WorkerLostError(f"a rollout's Ray worker died and its retries ran out: {error}") from error
             with self._lock:
                 self._busy += seconds
+            if tracker is not None:
+                for lm, entries in usage.items():
+                    for entry in entries:
+                        tracker.add_usage(lm, entry)
+            for counter in counters:
+                counter.absorb(counts)
             results.append(result)
         return results
 
-    def _release_when_done(self, ref: Any) -> None:
-        ref.future().add_done_callback(lambda _: self._slots.release())
+    def _release_when_done(self, ref: Any, lm_cap: threading.BoundedSemaphore | None) -> None:
+        def release(_: Any) -> None:
+            self._slots.release()
+            if lm_cap is not None:
+                lm_cap.release()
+
+        ref.future().add_done_callback(release)
 
     def map_local(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
         """Work that must stay on the driver (reflection: it reads the optimizer's state)."""

@@ -60,6 +60,27 @@ def test_ray_pool_proposes_what_the_thread_pool_proposes(cluster, server):
     assert got.total_metric_calls == expected.total_metric_calls <= SETTINGS["max_metric_calls"]
 
 
+def test_rollouts_on_ray_are_metered_like_rollouts_on_threads(cluster, server):
+    """Tokens, LM calls and the per-step LM counts come back from the actors to the run's meters."""
+    with ThreadWorkerPool(8) as threads:
+        expected = compile_with(server, threads).detailed_results
+    with RayWorkerPool(max_concurrency=8) as pool:
+        got = compile_with(server, pool).detailed_results
+    assert expected.usage.lm_calls > expected.total_metric_calls  # rollouts and reflections are both metered
+    assert got.usage == expected.usage
+    assert got.lm_call_counts.calls == expected.lm_call_counts.calls == expected.usage.lm_calls
+    assert [(s.lm_calls, s.prompt_tokens, s.completion_tokens) for s in got.steps] == [
+        (s.lm_calls, s.prompt_tokens, s.completion_tokens) for s in expected.steps]
+
+
+def test_max_concurrent_lm_calls_caps_ray_rollouts_at_the_server(cluster, server):
+    with RayWorkerPool(max_concurrency=8, actors=2) as pool:
+        server.reset_stats()
+        compile_with(server, pool, max_metric_calls=60, max_concurrent_lm_calls=2)
+        stats = server.stats()
+    assert stats["max_in_flight"]["task"] == 2, "the cap is reached and never exceeded"
+
+
 def test_concurrency_cap_holds_at_the_server(cluster, server):
     with RayWorkerPool(max_concurrency=3, actors=2) as pool:
         server.reset_stats()
