@@ -193,6 +193,8 @@ def _check_data_dir(data_dir: str | None) -> None:
 
 def _data_error(task: str, error: Exception) -> UsageError:
     first = str(error).splitlines()[0] if str(error) else type(error).__name__
+    for library_words, flag in (("data_dir=PATH", "--data-dir PATH"), ("online=True", "--online")):
+        first = first.replace(library_words, flag)  # the loaders speak Python; this user typed flags
     return UsageError(f"{task}: {first}")
 
 
@@ -216,7 +218,7 @@ def load_task(args: argparse.Namespace) -> Task:
 def _load_math(args: argparse.Namespace):
     from programs.math_solver import MathSolver, load_livebench_math, metric
 
-    return MathSolver(), metric, load_livebench_math(args.data_dir)
+    return MathSolver(), metric, load_livebench_math(args.data_dir, online=args.online)
 
 
 def _load_hover(args: argparse.Namespace):
@@ -225,14 +227,14 @@ def _load_hover(args: argparse.Namespace):
 
     if not os.path.isfile(args.corpus):
         raise UsageError(f"--corpus {args.corpus!r} is not a file; pass a JSONL file of {{\"title\", \"text\"}} lines.")
-    return HoverAgent(open_index(corpus=args.corpus)), metric, load_hover(args.data_dir)
+    return HoverAgent(open_index(corpus=args.corpus)), metric, load_hover(args.data_dir, online=args.online)
 
 
 def _load_gsm8k(args: argparse.Namespace):
     from programs.gsm8k import GSM8KSolver, load_gsm8k, metric
 
     sizes = {"n_train": args.train_size or 200, "n_val": args.val_size or 50, "n_test": args.test_size or 200}
-    return GSM8KSolver(), metric, load_gsm8k(args.data_dir, seed=args.seed, **sizes)
+    return GSM8KSolver(), metric, load_gsm8k(args.data_dir, online=args.online, seed=args.seed, **sizes)
 
 
 _TASK_LOADERS: dict[str, Callable[[argparse.Namespace], tuple]] = {
@@ -503,6 +505,8 @@ def _run_options(parser: argparse.ArgumentParser, demo: bool = False) -> None:
     parser.add_argument("--minibatch-size", type=int, default=d.get("minibatch_size", 3), help="reflection minibatch")
     parser.add_argument("--selection", default="all", help="all | best | k (top-k children validated per step)")
     parser.add_argument("--data-dir", help="folder with livebench_math/, hover/, gsm8k/ (default $DSPY_PXN_DATA_DIR)")
+    parser.add_argument("--online", action="store_true",
+                        help="download the data set from the Hugging Face hub instead (needs network and `datasets`)")
     for split in ("train", "val", "test"):
         parser.add_argument(f"--{split}-size", type=int, default=d.get(f"{split}_size"),
                             help=f"subsample the {split} split to this many examples")

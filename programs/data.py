@@ -95,7 +95,7 @@ def _not_found(what: str, needed: str, data_dir: Path | None, hub: str) -> DataN
     )
 
 
-def _load_hub(name: str, split: str, what: str, **hf_kwargs: Any) -> Iterable[Mapping[str, Any]]:
+def _load_hub(path: str, split: str, what: str, **hf_kwargs: Any) -> Iterable[Mapping[str, Any]]:
     """Rows of one split of a hub data set, with errors that name the offline alternative."""
     try:
         from datasets import load_dataset
@@ -105,10 +105,10 @@ def _load_hub(name: str, split: str, what: str, **hf_kwargs: Any) -> Iterable[Ma
             f"(or `pip install 'dspy-pxn[programs]'`), or use a local copy with data_dir=PATH / {DATA_DIR_ENV}."
         ) from exc
     try:
-        return load_dataset(name, split=split, **hf_kwargs)
+        return load_dataset(path, split=split, **hf_kwargs)
     except Exception as exc:  # network, auth, or a hub-side format change
         raise DataNotFoundError(
-            f"could not load {name!r} (split {split!r}) from the Hugging Face hub for {what}: {exc}. "
+            f"could not load {path!r} (split {split!r}) from the Hugging Face hub for {what}: {exc}. "
             f"Fix: check network access, or use a local copy with data_dir=PATH / {DATA_DIR_ENV}."
         ) from exc
 

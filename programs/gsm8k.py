@@ -7,7 +7,9 @@ only) has room to show. The feedback names the expected number and the one parse
 answer, which is what a reflector needs to see to write such an instruction.
 
 Data is read in place from ``<data_dir>/gsm8k/{train,test}.jsonl`` (the team's shared
-folder; GSM8K is MIT-licensed) and never copied into this repository.
+folder; GSM8K is MIT-licensed) and never copied into this repository, or, only when asked
+(``online=True``), from the Hugging Face hub's ``openai/gsm8k`` (config ``main``), whose rows
+are the same ``{"question", "answer"}`` records; the same seed picks the same rows from either.
 
     from programs.gsm8k import GSM8KSolver, metric, load_gsm8k
     train, val, test = load_gsm8k(n_train=24, n_val=8, n_test=20)   # $DSPY_PXN_DATA_DIR
@@ -22,9 +24,11 @@ from typing import Any
 
 import dspy
 
-from programs.data import DATA_DIR_ENV, DataNotFoundError, Split, _read_jsonl, resolve_data_dir
+from programs.data import DATA_DIR_ENV, DataNotFoundError, Split, _load_hub, _read_jsonl, resolve_data_dir
 
 __all__ = ["SEED_INSTRUCTION", "GSM8KSolver", "SolveWordProblem", "load_gsm8k", "metric", "parse_number", "score"]
+
+GSM8K_HF = "openai/gsm8k"  # config "main", splits "train" and "test"; MIT
 
 SEED_INSTRUCTION = "Solve the math word problem. Think step by step, then give the final answer."
 
@@ -94,14 +98,19 @@ def _example(row: dict[str, Any]) -> dspy.Example:
     )
 
 
-def _rows(data_dir: str | os.PathLike[str] | None, name: str) -> list[dict[str, Any]]:
+def _rows(
+    data_dir: str | os.PathLike[str] | None, split: str, online: bool, hf_kwargs: dict[str, Any]
+) -> list[dict[str, Any]]:
+    if online:
+        return [dict(row) for row in _load_hub(GSM8K_HF, split, "GSM8K", **{"name": "main", **hf_kwargs})]
     root = resolve_data_dir(data_dir)
-    path = root / "gsm8k" / f"{name}.jsonl" if root is not None else None
+    path = root / "gsm8k" / f"{split}.jsonl" if root is not None else None
     if path is None or not path.is_file():
-        where = f"{root} has no gsm8k/{name}.jsonl" if root is not None else f"${DATA_DIR_ENV} is not set"
+        where = f"{root} has no gsm8k/{split}.jsonl" if root is not None else f"${DATA_DIR_ENV} is not set"
         raise DataNotFoundError(
-            f"GSM8K data not found: {where}. Fix: pass data_dir=PATH (CLI: --data-dir PATH) or set "
-            f"{DATA_DIR_ENV}=PATH to a directory containing gsm8k/train.jsonl and gsm8k/test.jsonl."
+            f"GSM8K data not found: {where}. Fix: pass data_dir=PATH or set "
+            f"{DATA_DIR_ENV}=PATH to a directory containing gsm8k/train.jsonl and gsm8k/test.jsonl, or pass "
+            f"online=True to download {GSM8K_HF!r} from the Hugging Face hub."
         )
     return _read_jsonl(path)
 
@@ -109,17 +118,19 @@ def _rows(data_dir: str | os.PathLike[str] | None, name: str) -> list[dict[str, 
 def load_gsm8k(
     data_dir: str | os.PathLike[str] | None = None,
     *,
+    online: bool = False,
     n_train: int = 200,
     n_val: int = 50,
     n_test: int = 200,
     seed: int = 0,
+    **hf_kwargs: Any,
 ) -> Split:
     """Fixed seeded splits: train and val drawn without overlap from GSM8K train, test from GSM8K test.
 
     The same (sizes, seed) always gives the same examples, so a demo's held-out score is
     comparable across runs; test never comes from the rows the search can see.
     """
-    train_rows, test_rows = _rows(data_dir, "train"), _rows(data_dir, "test")
+    train_rows, test_rows = (_rows(data_dir, split, online, hf_kwargs) for split in ("train", "test"))
     if n_train + n_val > len(train_rows) or n_test > len(test_rows):
         raise ValueError(
             f"GSM8K has {len(train_rows)} train and {len(test_rows)} test rows; asked for "

@@ -133,7 +133,28 @@ def test_missing_data_dir_names_the_env_var(monkeypatch, capsys):
     monkeypatch.delenv("DSPY_PXN_DATA_DIR", raising=False)
     assert cli(["optimize", "gsm8k", "--lm", "local", "--reflection-lm", "local"]) == 2
     line = _error_line(capsys)
-    assert "DSPY_PXN_DATA_DIR" in line and "--data-dir" in line
+    assert "DSPY_PXN_DATA_DIR" in line and "--data-dir PATH" in line and "--online" in line
+    assert "online=True" not in line and "data_dir=PATH" not in line, "the CLI names its own flags"
+
+
+def test_online_flag_loads_the_task_from_the_hub(server, data_dir, tmp_path, monkeypatch, capsys):
+    """`--online` reads through `datasets` (a stand-in hub serving the local rows) and runs."""
+    import sys
+    import types
+    from pathlib import Path
+
+    asked = []
+
+    def load_dataset(path, split, **kwargs):
+        asked.append((path, split))
+        return [json.loads(line) for line in (Path(data_dir) / "gsm8k" / f"{split}.jsonl").open()]
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
+    monkeypatch.delenv("DSPY_PXN_DATA_DIR", raising=False)
+    assert cli(["optimize", "gsm8k", "--online", "--p", "1", "--n", "1", *sim_lms(server), *TINY,
+                "--no-mlflow", "--log-dir", str(tmp_path / "run")]) == 0
+    assert asked == [("openai/gsm8k", "train"), ("openai/gsm8k", "test")]
+    assert "test: seed" in capsys.readouterr().out
 
 
 def test_missing_api_key_names_the_variable(monkeypatch, data_dir, capsys):

@@ -125,6 +125,25 @@ def test_online_hover_uses_the_hub_train_split(monkeypatch):
     assert all(e.titles == [f"T{e.uid}", "Shared"] for e in split.train)
 
 
+def test_online_gsm8k_uses_the_hub_main_config_and_picks_the_same_examples(monkeypatch):
+    from programs.gsm8k import load_gsm8k
+
+    root = require_data("gsm8k")
+    hub = {split: data._read_jsonl(root / "gsm8k" / f"{split}.jsonl") for split in ("train", "test")}
+    calls = []
+
+    def load_dataset(path, split, **kwargs):
+        calls.append((path, split, kwargs))
+        return hub[split]
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
+    online = load_gsm8k(online=True, n_train=5, n_val=3, n_test=4, seed=7)
+    offline = load_gsm8k(root, n_train=5, n_val=3, n_test=4, seed=7)
+    assert calls == [("openai/gsm8k", "train", {"name": "main"}), ("openai/gsm8k", "test", {"name": "main"})]
+    assert [[(e.question, e.answer) for e in part] for part in online] == [
+        [(e.question, e.answer) for e in part] for part in offline]
+
+
 def test_online_failure_is_a_clear_error_naming_the_offline_alternative(monkeypatch):
     _fake_datasets(monkeypatch, {})
     with pytest.raises(DataNotFoundError, match=r"could not load 'livebench/math'.*data_dir=PATH / DSPY_PXN_DATA_DIR"):
