@@ -301,9 +301,19 @@ def check_shape(args: argparse.Namespace) -> None:
                              "e.g. --p 2 --n 2).")
 
 
+BAR_WIDTH = 20
+
+
+def budget_bar(used: int, budget: int) -> str:
+    """The budget spent so far as a bar: a run ends when its metric calls do, not after N steps."""
+    filled = min(BAR_WIDTH, round(BAR_WIDTH * used / budget)) if budget > 0 else 0
+    return "[" + "#" * filled + "." * (BAR_WIDTH - filled) + "]"
+
+
 def progress_line(record: StepRecord) -> str:
     """One line per step: where the budget is, how good the best program is, what this step kept."""
-    return (f"step {record.step:>3} | metric calls {record.metric_calls_total:>5}/{record.budget} | "
+    return (f"step {record.step:>3} {budget_bar(record.metric_calls_total, record.budget)} "
+            f"metric calls {record.metric_calls_total:>5}/{record.budget} | "
             f"best val {record.best_val:.3f} | accepted {record.accepted}/{record.proposals} | "
             f"{record.wall_s:.1f} s")
 

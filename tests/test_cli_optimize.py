@@ -47,7 +47,9 @@ def test_optimize_gsm8k_prints_progress_and_summary_and_saves_the_program(server
     assert cli(["optimize", "gsm8k", "--p", "2", "--n", "1", *sim_lms(server), *TINY, "--data-dir", data_dir,
                 "--mlflow-uri", store, "--experiment", "cli-opt", "--log-dir", str(log_dir)]) == 0
     out = capsys.readouterr().out
-    assert "step   1 | metric calls" in out and "/24 | best val" in out and "| accepted " in out
+    assert "step   1 [" in out and "] metric calls" in out and "/24 | best val" in out and "| accepted " in out
+    bars = [line.split("[")[1].split("]")[0] for line in out.splitlines() if line.startswith("step ")]
+    assert [bar.count("#") for bar in bars] == sorted(bar.count("#") for bar in bars), "the bar only grows"
     for needle in ("val:  seed", "test: seed", "wall-clock", "metric calls", "cost ", "[solve.predict]",
                    f"saved program: {log_dir}/program.json", "MLflow run "):
         assert needle in out, needle
@@ -55,6 +57,14 @@ def test_optimize_gsm8k_prints_progress_and_summary_and_saves_the_program(server
     run_id = out.split("MLflow run ")[1].split()[0]
     run = MlflowClient(store).get_run(run_id)
     assert run.data.params["p"] == "2" and run.info.status == "FINISHED"
+
+
+@pytest.mark.parametrize(("used", "budget", "filled"), [(0, 40, 0), (20, 40, 10), (32, 40, 16), (40, 40, 20), (41, 40, 20)])
+def test_budget_bar_fills_with_the_metric_calls_spent(used, budget, filled):
+    from dspy_pxn.cli import BAR_WIDTH, budget_bar
+
+    bar = budget_bar(used, budget)
+    assert len(bar) == BAR_WIDTH + 2 and bar.count("#") == filled and bar.count(".") == BAR_WIDTH - filled
 
 
 def test_optimize_hover_runs_on_a_small_claims_corpus(server, data_dir, tmp_path, capsys):
