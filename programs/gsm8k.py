@@ -24,7 +24,7 @@ from typing import Any
 
 import dspy
 
-from programs.data import DATA_DIR_ENV, DataNotFoundError, Split, _load_hub, _read_jsonl, resolve_data_dir
+from programs.data import Split, _load_hub, _not_found, _read_jsonl, resolve_data_dir
 
 __all__ = ["SEED_INSTRUCTION", "GSM8KSolver", "SolveWordProblem", "load_gsm8k", "metric", "parse_number", "score"]
 
@@ -106,12 +106,7 @@ def _rows(
     root = resolve_data_dir(data_dir)
     path = root / "gsm8k" / f"{split}.jsonl" if root is not None else None
     if path is None or not path.is_file():
-        where = f"{root} has no gsm8k/{split}.jsonl" if root is not None else f"${DATA_DIR_ENV} is not set"
-        raise DataNotFoundError(
-            f"GSM8K data not found: {where}. Fix: pass data_dir=PATH or set "
-            f"{DATA_DIR_ENV}=PATH to a directory containing gsm8k/train.jsonl and gsm8k/test.jsonl, or pass "
-            f"online=True to download {GSM8K_HF!r} from the Hugging Face hub."
-        )
+        raise _not_found("GSM8K", f"gsm8k/{split}.jsonl", root, GSM8K_HF)
     return _read_jsonl(path)
 
 
