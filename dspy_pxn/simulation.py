@@ -32,12 +32,14 @@ from typing import Any
 
 import dspy
 
+from dspy_pxn.split import Split
+
 __all__ = [
     "CAPACITY",
     "DEFAULT_REFLECTION_ERROR_RATE",
     "RULES",
     "Rule",
-    "Splits",
+    "Split",
     "CallStats",
     "SimulatedLM",
     "make_examples",
@@ -164,22 +166,10 @@ def make_examples(n: int, seed: int) -> list[dspy.Example]:
     return out
 
 
-@dataclass(frozen=True)
-class Splits:
-    """train/val/test lists; iterable so `train, val, test = make_splits()` works."""
-
-    train: list[dspy.Example]
-    val: list[dspy.Example]
-    test: list[dspy.Example]
-
-    def __iter__(self) -> Iterator[list[dspy.Example]]:
-        return iter((self.train, self.val, self.test))
-
-
-def make_splits(seed: int = 0, train: int = 60, val: int = 30, test: int = 100) -> Splits:
+def make_splits(seed: int = 0, train: int = 60, val: int = 30, test: int = 100) -> Split:
     """Three splits drawn from distinct derived seeds (so they are independent samples)."""
     base = 1000 * seed
-    return Splits(
+    return Split(
         make_examples(train, base + 1),
         make_examples(val, base + 2),
         make_examples(test, base + 3),

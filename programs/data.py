@@ -21,12 +21,13 @@ import json
 import os
 import random
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import dspy
+
+from dspy_pxn.split import Split
 
 __all__ = [
     "DATA_DIR_ENV",
@@ -55,18 +56,6 @@ HOVER_HF = "hover-nlp/hover"  # CC BY-SA 4.0 data
 
 class DataNotFoundError(FileNotFoundError):
     """Neither a usable local directory nor the online source could provide a data set."""
-
-
-@dataclass(frozen=True)
-class Split:
-    """train/val/test example lists; iterable so ``train, val, test = load_...()`` works."""
-
-    train: list[dspy.Example]
-    val: list[dspy.Example]
-    test: list[dspy.Example]
-
-    def __iter__(self) -> Iterator[list[dspy.Example]]:
-        return iter((self.train, self.val, self.test))
 
 
 # --------------------------------------------------------------------------- #
