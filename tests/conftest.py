@@ -2,6 +2,7 @@ import dspy
 import pytest
 
 from dspy_pxn import simulation as sim
+from dspy_pxn.latency_server import LatencyServer
 
 
 @pytest.fixture
@@ -22,3 +23,10 @@ def task_lm():
     lm = sim.SimulatedLM()
     with dspy.context(lm=lm):
         yield lm
+
+
+@pytest.fixture(scope="module")
+def sim_lm_flags():
+    """`--lm/--reflection-lm/--api-base` for the CLI and the examples, aimed at a loopback latency server."""
+    with LatencyServer(task_latency=0.01, reflection_latency=0.02) as server:
+        yield ["--lm", "openai/sim-task", "--reflection-lm", "openai/sim-reflection", "--api-base", server.base_url]

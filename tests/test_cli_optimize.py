@@ -15,17 +15,10 @@ import pytest
 from mlflow import MlflowClient
 
 from dspy_pxn.cli import main as cli
-from dspy_pxn.latency_server import LatencyServer
 from dspy_pxn.tracking import PARENT_TAG
 from tests.test_programs_helpers import require_data
 
 TINY = ["--train-size", "4", "--val-size", "3", "--test-size", "3", "--workers", "4", "--budget", "24"]
-
-
-@pytest.fixture(scope="module")
-def server():
-    with LatencyServer(task_latency=0.01, reflection_latency=0.02) as s:
-        yield s
 
 
 @pytest.fixture(scope="module")
@@ -38,13 +31,9 @@ def data_dir():
     return str(require_data("gsm8k", "hover"))
 
 
-def sim_lms(server: LatencyServer) -> list[str]:
-    return ["--lm", "openai/sim-task", "--reflection-lm", "openai/sim-reflection", "--api-base", server.base_url]
-
-
-def test_optimize_gsm8k_prints_progress_and_summary_and_saves_the_program(server, store, data_dir, tmp_path, capsys):
+def test_optimize_gsm8k_prints_progress_and_summary_and_saves_the_program(sim_lm_flags, store, data_dir, tmp_path, capsys):
     log_dir = tmp_path / "run"
-    assert cli(["optimize", "gsm8k", "--p", "2", "--n", "1", *sim_lms(server), *TINY, "--data-dir", data_dir,
+    assert cli(["optimize", "gsm8k", "--p", "2", "--n", "1", *sim_lm_flags, *TINY, "--data-dir", data_dir,
                 "--mlflow-uri", store, "--experiment", "cli-opt", "--log-dir", str(log_dir)]) == 0
     out = capsys.readouterr().out
     assert "step   1 [" in out and "] metric calls" in out and "/24 | best val" in out and "| accepted " in out
@@ -67,12 +56,12 @@ def test_budget_bar_fills_with_the_metric_calls_spent(used, budget, filled):
     assert len(bar) == BAR_WIDTH + 2 and bar.count("#") == filled and bar.count(".") == BAR_WIDTH - filled
 
 
-def test_optimize_hover_runs_on_a_small_claims_corpus(server, data_dir, tmp_path, capsys):
+def test_optimize_hover_runs_on_a_small_claims_corpus(sim_lm_flags, data_dir, tmp_path, capsys):
     from programs.demo_corpus import write_claims_corpus
     from programs.hover import load_hover
 
     corpus = write_claims_corpus(itertools.chain(*load_hover(data_dir)), tmp_path / "claims.jsonl")
-    assert cli(["optimize", "hover", "--p", "1", "--n", "1", *sim_lms(server), "--data-dir", data_dir,
+    assert cli(["optimize", "hover", "--p", "1", "--n", "1", *sim_lm_flags, "--data-dir", data_dir,
                 "--corpus", str(corpus), "--train-size", "3", "--val-size", "2", "--test-size", "2",
                 "--budget", "12", "--workers", "4", "--no-mlflow", "--log-dir", str(tmp_path / "run")]) == 0
     out = capsys.readouterr().out
@@ -80,8 +69,8 @@ def test_optimize_hover_runs_on_a_small_claims_corpus(server, data_dir, tmp_path
     assert "test: seed" in out and (tmp_path / "run" / "program.json").is_file()
 
 
-def test_sweep_nests_one_run_per_config_and_prints_the_table(server, store, data_dir, tmp_path, capsys):
-    assert cli(["sweep", "gsm8k", "--configs", "1x1,2x1", *sim_lms(server), *TINY, "--data-dir", data_dir,
+def test_sweep_nests_one_run_per_config_and_prints_the_table(sim_lm_flags, store, data_dir, tmp_path, capsys):
+    assert cli(["sweep", "gsm8k", "--configs", "1x1,2x1", *sim_lm_flags, *TINY, "--data-dir", data_dir,
                 "--mlflow-uri", store, "--experiment", "cli-sweep", "--log-dir", str(tmp_path / "sweep")]) == 0
     out = capsys.readouterr().out
     assert "| 1x1 |" in out.replace("1×1", "1x1") and "2x1" in out
@@ -93,9 +82,9 @@ def test_sweep_nests_one_run_per_config_and_prints_the_table(server, store, data
     assert {r.data.tags[PARENT_TAG] for r in children} == {parents[0].info.run_id}
 
 
-def test_demo_wiring_with_the_lms_overridden(server, store, data_dir, tmp_path, capsys):
+def test_demo_wiring_with_the_lms_overridden(sim_lm_flags, store, data_dir, tmp_path, capsys):
     """The demo path (GSM8K, sizes, MLflow, both test scores) with the local models swapped for the server."""
-    assert cli(["demo", *sim_lms(server), "--data-dir", data_dir, "--budget", "15", "--train-size", "4",
+    assert cli(["demo", *sim_lm_flags, "--data-dir", data_dir, "--budget", "15", "--train-size", "4",
                 "--val-size", "3", "--test-size", "3", "--mlflow-uri", store, "--log-dir", str(tmp_path / "demo")]) == 0
     out = capsys.readouterr().out
     assert "dspy-pxn demo: task LM openai/sim-task" in out and "2×1" in out
@@ -147,7 +136,7 @@ def test_missing_data_dir_names_the_env_var(monkeypatch, capsys):
     assert "online=True" not in line and "data_dir=PATH" not in line, "the CLI names its own flags"
 
 
-def test_online_flag_loads_the_task_from_the_hub(server, data_dir, tmp_path, monkeypatch, capsys):
+def test_online_flag_loads_the_task_from_the_hub(sim_lm_flags, data_dir, tmp_path, monkeypatch, capsys):
     """`--online` reads through `datasets` (a stand-in hub serving the local rows) and runs."""
     import sys
     import types
@@ -161,7 +150,7 @@ def test_online_flag_loads_the_task_from_the_hub(server, data_dir, tmp_path, mon
 
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
     monkeypatch.delenv("DSPY_PXN_DATA_DIR", raising=False)
-    assert cli(["optimize", "gsm8k", "--online", "--p", "1", "--n", "1", *sim_lms(server), *TINY,
+    assert cli(["optimize", "gsm8k", "--online", "--p", "1", "--n", "1", *sim_lm_flags, *TINY,
                 "--no-mlflow", "--log-dir", str(tmp_path / "run")]) == 0
     assert asked == [("openai/gsm8k", "train"), ("openai/gsm8k", "test")]
     assert "test: seed" in capsys.readouterr().out

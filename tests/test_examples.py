@@ -15,7 +15,6 @@ from types import ModuleType
 
 import pytest
 
-from dspy_pxn.latency_server import LatencyServer
 from tests.test_programs_helpers import require_data
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -29,25 +28,14 @@ def load_example(name: str) -> ModuleType:
 
 
 @pytest.fixture(scope="module")
-def server():
-    with LatencyServer(task_latency=0.01, reflection_latency=0.02) as s:
-        yield s
-
-
-@pytest.fixture(scope="module")
-def lms(server):
-    return ["--lm", "openai/sim-task", "--reflection-lm", "openai/sim-reflection", "--api-base", server.base_url]
-
-
-@pytest.fixture(scope="module")
-def sweep_store(tmp_path_factory, lms):
+def sweep_store(tmp_path_factory, sim_lm_flags):
     """examples/sweep.py once, shared with the compare_runs test that reads its runs back."""
     data = str(require_data("gsm8k"))
     tmp = tmp_path_factory.mktemp("sweep")
     uri = f"sqlite:///{tmp}/mlflow.db"
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-            load_example("sweep").main([*lms, "--configs", "1x1,2x1", "--budget", "15", "--sizes", "4,3,3",
+            load_example("sweep").main([*sim_lm_flags, "--configs", "1x1,2x1", "--budget", "15", "--sizes", "4,3,3",
                                     "--workers", "4", "--data-dir", data, "--tracking-uri", uri, "--experiment", "ex-sweep",
                                     "--log-dir", str(tmp / "runs")])
     return uri, tmp, printed.getvalue()
@@ -60,17 +48,17 @@ def test_quickstart(monkeypatch, capsys):
     assert "test: seed" in out and "optimized instruction" in out
 
 
-def test_optimize_math(lms, tmp_path, capsys):
+def test_optimize_math(sim_lm_flags, tmp_path, capsys):
     data = str(require_data("livebench_math"))
-    load_example("optimize_math").main([*lms, "--data-dir", data, "--p", "2", "--n", "1", "--budget", "15", "--workers", "4",
+    load_example("optimize_math").main([*sim_lm_flags, "--data-dir", data, "--p", "2", "--n", "1", "--budget", "15", "--workers", "4",
                                         "--train-size", "4", "--val-size", "3", "--test-size", "3",
                                         "--log-dir", str(tmp_path)])
     assert "instruction:" in capsys.readouterr().out and (tmp_path / "program.json").is_file()
 
 
-def test_optimize_hover_builds_a_stand_in_corpus(lms, tmp_path, capsys):
+def test_optimize_hover_builds_a_stand_in_corpus(sim_lm_flags, tmp_path, capsys):
     data = str(require_data("hover"))
-    load_example("optimize_hover").main([*lms, "--data-dir", data, "--p", "1", "--n", "1", "--budget", "10", "--workers", "4",
+    load_example("optimize_hover").main([*sim_lm_flags, "--data-dir", data, "--p", "1", "--n", "1", "--budget", "10", "--workers", "4",
                                          "--train-size", "3", "--val-size", "2", "--test-size", "2",
                                          "--log-dir", str(tmp_path)])
     out = capsys.readouterr().out
