@@ -25,13 +25,15 @@ from typing import Any
 
 import dspy
 from dspy.primitives import Example, Prediction
+from dspy.primitives.code_interpreter import CodeInterpreterError
 from dspy.teleprompt.bootstrap_trace import FailedPrediction
+from dspy.teleprompt.gepa.gepa_flex_utils import _metric_scoring_kwargs
 from dspy.teleprompt.gepa.gepa_utils import DspyAdapter
 from dspy.utils.exceptions import AdapterParseError
 from gepa import EvaluationBatch
 from gepa.core.state import _candidate_hash
 
-from dspy_pxn import checks
+from dspy_pxn import checks, usage
 from dspy_pxn.pool import WorkerPool
 from dspy_pxn.resume import CHECKPOINT_KEY, RunCheckpoint
 
@@ -54,6 +56,7 @@ def run_rollout(
     metric: Callable[..., Any],
     capture_trace: bool,
     failure_score: float,
+    code_components: bool = False,
 ) -> RolloutResult:
     """Run the program on one example and score it, turning every failure into a score.
 
@@ -61,42 +64,63 @@ def run_rollout(
     that gepa sees the same numbers as under dspy.GEPA: a parse failure becomes a
     ``FailedPrediction`` in the trace (reflection shows the raw completion), any
     other exception scores ``failure_score`` and leaves no trajectory.
+
+    A program with ``dspy.Flex`` code components (``code_components``) is scored as
+    dspy.GEPA scores it (``gepa_flex_utils.evaluate_with_trace``): the execution trace is
+    always captured and handed to a metric that declares ``program_trace``, its ``trace``
+    stays None, and a crash becomes a trajectory, so the code proposer reads what broke.
     """
-    with dspy.context(trace=[] if capture_trace else None):
+    trace_wanted = capture_trace or code_components
+    with dspy.context(trace=[] if trace_wanted else None):
         try:
-            prediction = program(**example.inputs())
+            prediction = usage.call_program(program, example.inputs())
         except AdapterParseError as error:
-            if not capture_trace:
+            if not trace_wanted:
                 return RolloutResult(Prediction(), failure_score, None, f"{type(error).__name__}: {error}")
             trace = list(dspy.settings.trace)
             predictor = next((p for p in program.predictors() if p.signature == error.signature), None)
             failed = FailedPrediction(completion_text=error.lm_response, format_reward=failure_score)
             if predictor is not None:
                 trace.append((predictor, example.inputs().toDict(), failed))
-            return RolloutResult(failed, failure_score, trace, f"{type(error).__name__}: {error}")
+            return RolloutResult(failed, failure_score, trace if capture_trace else None, f"{type(error).__name__}: {error}")
         except Exception as error:  # noqa: BLE001 - a rollout failure is a score, not a crash
             logger.warning("Program raised on an example (%s); scoring it %s: %s: %s",
                            checks.describe_example(example), failure_score, type(error).__name__, error)
-            return RolloutResult(None if capture_trace else Prediction(), failure_score, None, f"{type(error).__name__}: {error}")
-        trace = list(dspy.settings.trace) if capture_trace else None
+            described = f"{type(error).__name__}: {error}"
+            if code_components and capture_trace:
+                return RolloutResult(FailedPrediction(completion_text=described), failure_score,
+                                     list(dspy.settings.trace), described)
+            return RolloutResult(None if capture_trace else Prediction(), failure_score, None, described)
+        trace = list(dspy.settings.trace) if trace_wanted else None
     try:
-        score = metric(example, prediction, trace)
+        if code_components:
+            score = metric(example, prediction, **_metric_scoring_kwargs(metric, trace))
+        else:
+            score = metric(example, prediction, trace)
     except Exception as error:  # noqa: BLE001
-        logger.warning("Metric raised on an example (%s); scoring it %s: %s: %s",
-                       checks.describe_example(example), failure_score, type(error).__name__, error)
+        checks.warn_once_per_metric(metric, "raised", "Metric raised on an example (%s); scoring it %s: %s: %s",
+                                    checks.describe_example(example), failure_score, type(error).__name__, error)
         # No trajectory: reflection would call the metric on it again, for feedback.
-        return RolloutResult(prediction, failure_score, None, f"metric {type(error).__name__}: {error}")
+        return RolloutResult(prediction, failure_score, None, f"{METRIC_PROBLEM}{type(error).__name__}: {error}")
     problem = checks.metric_score_problem(score, metric)
     if problem is not None:
-        logger.warning("Metric %s on an example (%s); scoring it %s.", problem, checks.describe_example(example), failure_score)
-        return RolloutResult(prediction, failure_score, None, f"metric {problem}")
-    return RolloutResult(prediction, score, trace)
+        checks.warn_once_per_metric(metric, "score", "Metric %s on an example (%s); scoring it %s.",
+                                    problem, checks.describe_example(example), failure_score)
+        return RolloutResult(prediction, failure_score, None, f"{METRIC_PROBLEM}{problem}")
+    return RolloutResult(prediction, score, trace if capture_trace else None)
 
 
-def rollout_task(task: tuple[dspy.Module, Example, bool], metric: Callable[..., Any], failure_score: float) -> RolloutResult:
+# RolloutResult.error starts with this when the metric, not the program, failed.
+METRIC_PROBLEM = "metric "
+
+
+def rollout_task(
+    task: tuple[dspy.Module, Example, bool], metric: Callable[..., Any], failure_score: float,
+    code_components: bool = False,
+) -> RolloutResult:
     """One pool task: a (program, example, capture-trace) triple, run and scored."""
     program, example, capture = task
-    return run_rollout(program, example, metric, capture, failure_score)
+    return run_rollout(program, example, metric, capture, failure_score, code_components)
 
 
 class BatchedAdapter(DspyAdapter):
@@ -114,6 +138,8 @@ class BatchedAdapter(DspyAdapter):
         self._lock = threading.Lock()
         # Strategy state saved with gepa's own state file (dspy_pxn.resume); None: nothing to save.
         self.checkpoint: RunCheckpoint | None = None
+        # The run's first evaluation (the seed on the valset) shows whether the metric works at all.
+        self._first_evaluation_checked = False
 
     # -- gepa's adapter-state hook: our strategies' state is pickled with gepa's ----------------
     def get_adapter_state(self) -> dict[str, Any]:
@@ -185,7 +211,12 @@ class BatchedAdapter(DspyAdapter):
             for example in batch
         ]
         # A module-level function and picklable arguments, so remote pools (Ray) can ship it.
-        results = self.pool.map(partial(rollout_task, metric=self.metric_fn, failure_score=self.failure_score), tasks)
+        rollout = partial(rollout_task, metric=self.metric_fn, failure_score=self.failure_score,
+                          code_components=bool(self._flex_paths))
+        results = self.pool.map(rollout, tasks)
+        if not self._first_evaluation_checked:
+            self._first_evaluation_checked = True
+            metric_fails_everywhere(results, self.metric_fn)
         failures = sum(1 for r in results if r.error is not None)
         remaining = iter(results)
         evaluations = []
@@ -202,7 +233,7 @@ class BatchedAdapter(DspyAdapter):
     def _build_or_none(self, candidate: dict[str, str]) -> dspy.Module | None:
         try:
             return self.build_program(candidate)
-        except SyntaxError as error:
+        except (SyntaxError, CodeInterpreterError) as error:
             logger.warning("Candidate failed to build (%s); scoring its batch as failures.", error)
             return None
 
@@ -220,3 +251,20 @@ class BatchedAdapter(DspyAdapter):
             raw_scores=[r.score for r in results],
             trajectories=trajectories,
         )
+
+
+def metric_fails_everywhere(results: Sequence[RolloutResult], metric: Callable[..., Any]) -> None:
+    """Refuse a metric that gave no usable score on any rollout of the seed's validation.
+
+    Such a run would score every candidate ``failure_score`` and optimize nothing while
+    looking busy; the per-rollout warnings would scroll past. The first evaluation of a
+    run is the seed on the whole valset, so this runs once, right after it.
+    """
+    if not results or not all((r.error or "").startswith(METRIC_PROBLEM) for r in results):
+        return
+    name = getattr(metric, "__name__", type(metric).__name__)
+    raise ValueError(
+        f"The metric {name} gave no usable score on any of the seed program's {len(results)} validation "
+        f"examples: {results[0].error.removeprefix(METRIC_PROBLEM)}. Fix the metric so it returns a number "
+        "(or dspy.Prediction(score=<number>, feedback=<text>)) and does not raise, then run again."
+    )

@@ -25,10 +25,12 @@ log_dir not writable                        ValueError up front naming log_dir a
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import logging
 import math
 import os
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -37,22 +39,31 @@ import dspy
 logger = logging.getLogger(__name__)
 
 
+class ArgumentError(ValueError, AssertionError):
+    """A bad argument that dspy.GEPA reports with a bare ``assert``.
+
+    It is a ValueError naming the argument and the fix, and also an AssertionError, so
+    code written for dspy.GEPA (``except AssertionError``) keeps catching it.
+    """
+
+
 def positive_int(name: str, value: Any, hint: str = "") -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be an int >= 1, got {value!r}.{(' ' + hint) if hint else ''}")
     return value
 
 
-def one_budget(auto: str | None, max_full_evals: int | None, max_metric_calls: int | None) -> None:
+def at_most_one_budget(auto: str | None, max_full_evals: int | None, max_metric_calls: int | None) -> None:
+    """None given is allowed (the run then uses auto='light'); two are a contradiction."""
     given = {
         name: value
         for name, value in (("auto", auto), ("max_full_evals", max_full_evals), ("max_metric_calls", max_metric_calls))
         if value is not None
     }
-    if len(given) != 1:
-        raise ValueError(
-            "Set exactly one budget: max_metric_calls=<int>, max_full_evals=<int>, or auto='light'|'medium'|'heavy'"
-            f" (got {given or 'none'})."
+    if len(given) > 1:
+        raise ArgumentError(
+            "Set one budget: max_metric_calls=<int>, max_full_evals=<int>, or auto='light'|'medium'|'heavy'"
+            f" (got {given}); with none, the run uses auto='light'."
         )
     if auto is not None and auto not in ("light", "medium", "heavy"):
         raise ValueError(f"auto must be 'light', 'medium' or 'heavy', got {auto!r}.")
@@ -62,28 +73,9 @@ def one_budget(auto: str | None, max_full_evals: int | None, max_metric_calls: i
         positive_int("max_metric_calls", max_metric_calls)
 
 
-def feedback_metric(metric: Callable[..., Any]) -> None:
-    """The metric is called with five arguments for feedback and three for scoring."""
-    if not callable(metric):
-        raise TypeError(f"metric must be callable, got {type(metric).__name__}.")
-    try:
-        signature = inspect.signature(metric)
-    except (TypeError, ValueError):
-        return  # builtins and C callables: nothing to inspect, trust the caller
-    for count in (5, 3):
-        try:
-            signature.bind(*([None] * count))
-        except TypeError as error:
-            raise TypeError(
-                "metric must have DSPy's GEPA feedback signature "
-                "(gold, pred, trace=None, pred_name=None, pred_trace=None); "
-                f"calling it with {count} arguments fails: {error}. See https://dspy.ai/api/optimizers/GEPA."
-            ) from None
-
-
 def dataset(name: str, examples: Sequence[Any] | None) -> list[dspy.Example]:
     if examples is None or len(examples) == 0:
-        raise ValueError(f"{name} must be a non-empty list of dspy.Example, got {examples!r}.")
+        raise ArgumentError(f"{name} must be a non-empty list of dspy.Example, got {examples!r}.")
     for index, example in enumerate(examples):
         if not isinstance(example, dspy.Example):
             raise TypeError(f"{name}[{index}] must be a dspy.Example, got {type(example).__name__}.")
@@ -98,21 +90,25 @@ def dataset(name: str, examples: Sequence[Any] | None) -> list[dspy.Example]:
     return list(examples)
 
 
-def program(student: Any) -> None:
+def program(student: Any, components: Sequence[str]) -> None:
     if not isinstance(student, dspy.Module):
         raise TypeError(f"student must be a dspy.Module, got {type(student).__name__}.")
-    if not student.named_predictors():
+    if not components:
         raise ValueError(
-            "student has no predictors to optimize: GEPA rewrites the instructions of dspy.Predict "
-            "(or ChainOfThought, ...) modules inside the program."
+            "student has nothing to optimize: GEPA rewrites the instructions of dspy.Predict (or "
+            "ChainOfThought, ...) modules inside the program, and the code of dspy.Flex modules."
         )
 
 
-def budget_covers_validation(max_metric_calls: int, valset_size: int) -> None:
-    if max_metric_calls < valset_size:
+def budget_buys_one_step(max_metric_calls: int, valset_size: int, minibatch_size: int, smallest: int) -> None:
+    """A budget that cannot pay for one step would validate the seed and return it unchanged."""
+    if max_metric_calls < smallest:
         raise ValueError(
-            f"The budget ({max_metric_calls} metric calls) is smaller than one full validation "
-            f"(|valset| = {valset_size}): raise max_metric_calls or use a smaller valset."
+            f"A budget of {max_metric_calls} metric calls cannot pay for one optimization step: the seed's "
+            f"validation costs {valset_size} (|valset|), and one proposal costs {2 * minibatch_size} to screen "
+            f"(parent and child on reflection_minibatch_size={minibatch_size} examples) plus {valset_size} to "
+            f"validate. The smallest budget that buys one step is {smallest}: raise max_metric_calls to at least "
+            f"{smallest}, or use a smaller valset or reflection_minibatch_size."
         )
 
 
@@ -127,6 +123,28 @@ def describe_example(example: Any, limit: int = 120) -> str:
     except Exception:  # noqa: BLE001 - describing must never fail a rollout
         text = repr(example)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_warned_metric_problems: dict[str, weakref.WeakSet] = {}
+
+
+def warn_once_per_metric(metric: Any, kind: str, message: str, *args: Any) -> None:
+    """Warn about a metric's first failure of each kind; later ones go to debug.
+
+    Every such rollout still scores ``failure_score`` and counts in its step's
+    ``rollout_failures``; a metric that fails on every seed rollout stops the run
+    (``adapter.metric_fails_everywhere``), so one line per kind is enough to see it.
+    """
+    warned = _warned_metric_problems.setdefault(kind, weakref.WeakSet())
+    try:
+        if metric in warned:
+            logger.debug(message, *args)
+            return
+        warned.add(metric)
+    except TypeError:  # a callable that takes no weak reference: warn every time
+        pass
+    logger.warning(message + " (Further such rollouts are logged at debug level and counted in rollout_failures.)",
+                   *args)
 
 
 def metric_score_problem(outcome: Any, metric: Any = None) -> str | None:
@@ -196,6 +214,15 @@ def _program_inputs(student: Any) -> tuple[list[str], Callable[..., Any] | None]
     if len(predictors) == 1:  # Predict, ChainOfThought, ...: the inputs are the signature's
         return list(predictors[0][1].signature.input_fields), None
     return [], None
+
+
+def wandb_installed() -> None:
+    """use_wandb hands the run to gepa's Weights & Biases logging, which needs the wandb package."""
+    if importlib.util.find_spec("wandb") is None:
+        raise ImportError(
+            "use_wandb=True needs the wandb package, which gepa logs to: pip install wandb. Or track the run "
+            "in MLflow instead, with no extra service: use_mlflow=True."
+        )
 
 
 def writable_dir(name: str, path: str | None) -> None:

@@ -16,6 +16,7 @@ import dspy
 from dspy.primitives import Example
 
 from dspy_pxn.adapter import run_rollout
+from dspy_pxn.components import code_components
 from dspy_pxn.pool import WorkerPool
 
 
@@ -36,5 +37,6 @@ def holdout_score(
     failure_score: float = 0.0,
 ) -> float:
     """Mean metric score of ``program`` over ``examples`` (failures score ``failure_score``)."""
-    results = pool.map(lambda example: run_rollout(program, example, metric, False, failure_score), list(examples))
+    code = bool(code_components(program))
+    results = pool.map(lambda example: run_rollout(program, example, metric, False, failure_score, code), list(examples))
     return sum(score_value(result.score) for result in results) / len(results)

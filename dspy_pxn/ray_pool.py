@@ -30,10 +30,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import dspy
-from dspy.utils.usage_tracker import UsageTracker
-
 from dspy_pxn.limits import LMCallCounts, LMCallLimiter
 from dspy_pxn.pool import ThreadWorkerPool
+from dspy_pxn.usage import UsageMeter
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -64,7 +63,7 @@ class RolloutActor:
         self, fn: Callable[[Any], Any], item: Any, settings: dict[str, Any]
     ) -> tuple[Any, float, dict[str, list[dict[str, Any]]], LMCallCounts]:
         """The result, its seconds, and the LM usage and call counts it spent (for the driver's meters)."""
-        meter, counter = UsageTracker(), LMCallLimiter()  # priced on the driver, which owns the run's meter
+        meter, counter = UsageMeter(), LMCallLimiter()  # priced on the driver, which owns the run's meter
         start = time.perf_counter()
         with dspy.context(**settings, usage_tracker=meter, callbacks=[counter]):
             result = fn(item)

@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from dspy.primitives import Example
 from gepa.core.state import GEPAState
@@ -46,10 +47,33 @@ def _digest(items: Sequence[Any]) -> str:
     return hasher.hexdigest()[:16]
 
 
+def lm_identity(lm: Any) -> str:
+    """Which model answers, and where: ``model @ endpoint``. Never a key, nor credentials in a URL.
+
+    The endpoint is the LM's ``api_base``/``base_url``, else litellm's ``<PROVIDER>_API_BASE``
+    environment variable, which is where litellm sends the call when none is given.
+    """
+    if lm is None:
+        return "none"
+    model = str(getattr(lm, "model", None) or type(lm).__name__)
+    kwargs = getattr(lm, "kwargs", None) or {}
+    provider = model.split("/", 1)[0].upper() if "/" in model else "OPENAI"
+    endpoint = kwargs.get("api_base") or kwargs.get("base_url") or os.environ.get(f"{provider}_API_BASE")
+    if not endpoint:
+        return model
+    parts = urlsplit(str(endpoint))
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return f"{model} @ {urlunsplit((parts.scheme, host, parts.path, '', ''))}"
+
+
 @dataclass(frozen=True)
 class RunSettings:
     """What a resumed run must share with the run it continues. The budget may differ: it
-    only moves the stopping point, so raising it extends a finished run deliberately."""
+    only moves the stopping point, so raising it extends a finished run deliberately.
+    The LMs are part of it: a run continued with another model, or the same model at
+    another endpoint, would mix two runs' answers into one result."""
 
     p: int
     n: int
@@ -60,20 +84,28 @@ class RunSettings:
     trainset: str
     valset: str
     seed_candidate: str
+    task_lm: str
+    reflection_lm: str
 
     @classmethod
-    def of(cls, *, p, n, minibatch_size, seed, selection, use_merge, trainset, valset, seed_candidate) -> RunSettings:
+    def of(
+        cls, *, p, n, minibatch_size, seed, selection, use_merge, trainset, valset, seed_candidate, task_lms,
+        reflection_lm,
+    ) -> RunSettings:
         return cls(
             p=p, n=n, minibatch_size=minibatch_size, seed=seed, selection=selection, use_merge=use_merge,
             trainset=_digest(trainset), valset=_digest(valset),
             seed_candidate=_digest([f"{k}={v}" for k, v in sorted(seed_candidate.items())]),
+            task_lm=", ".join(sorted({lm_identity(lm) for lm in task_lms})),
+            reflection_lm=lm_identity(reflection_lm),
         )
 
     def differences(self, saved: dict[str, Any]) -> list[str]:
+        """Each setting that differs; one a run saved before it was recorded is not compared."""
         return [
             f"{f.name}: saved {saved.get(f.name)!r}, now {getattr(self, f.name)!r}"
             for f in fields(self)
-            if saved.get(f.name) != getattr(self, f.name)
+            if f.name in saved and saved[f.name] != getattr(self, f.name)
         ]
 
 

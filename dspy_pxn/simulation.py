@@ -387,6 +387,44 @@ def _answer_reflection(system: str, user: str, full: str, error_rate: float) -> 
     return _render(fields, {"new_instruction": new_instruction}, _json_mode(system))
 
 
+def _instruction_literal(source: str) -> ast.Constant | None:
+    """The instruction string of the first ``dspy.Signature(spec, instruction)`` in a module source."""
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "Signature"
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
+            return node.args[1]
+    return None
+
+
+def _answer_code(system: str, user: str, full: str, error_rate: float) -> str:
+    """dspy.Flex's code proposer: rewrite the instruction inside the module source, as reflection would.
+
+    The simulated code model edits only the instruction literal of the module's
+    predictor (learning one definition from the failures' feedback, like reflection),
+    and leaves the code around it as it was: enough for GEPA to optimize Flex code.
+    """
+    sections = _sections(user)
+    source = sections.get("current_source", "")
+    literal = _instruction_literal(source) if source else None
+    fields = _output_fields(system) or ["revised_source"]
+    if literal is None:
+        return _render(fields, {"revised_source": source}, _json_mode(system))
+    digest = hashlib.sha256(full.encode("utf-8", "replace")).digest()
+    new_instruction = _rewrite_instruction(literal.value, sections.get("failures", ""), digest, error_rate)
+    lines = source.encode().splitlines(keepends=True)  # ast offsets count UTF-8 bytes
+    start = sum(len(line) for line in lines[: literal.lineno - 1]) + literal.col_offset
+    end = sum(len(line) for line in lines[: literal.end_lineno - 1]) + literal.end_col_offset
+    raw = source.encode()
+    revised = (raw[:start] + repr(new_instruction).encode() + raw[end:]).decode()
+    return _render(fields, {"revised_source": revised}, _json_mode(system))
+
+
 def _answer_compress(system: str, user: str) -> str:
     """InstructionProposer(max_chars=...) asks to shorten an oversized draft: drop the oldest definitions first."""
     sections = _sections(user)
@@ -414,6 +452,8 @@ def respond(messages: Sequence[Mapping[str, Any]], *, reflection_error_rate: flo
             return "reflection", _answer_reflection(system, user, full, rate)
         if "`shortened_instruction`" in system:
             return "reflection", _answer_compress(system, user)
+        if "`revised_source`" in system:
+            return "reflection", _answer_code(system, user, full, rate)
         return "task", _answer_task(system, user)
     except Exception:  # noqa: BLE001 - see docstring
         return "task", "[[ ## reasoning ## ]]\nUnparseable prompt.\n\n[[ ## answer ## ]]\n0\n\n[[ ## completed ## ]]"

@@ -54,6 +54,10 @@ class BudgetGuard:
         merge = MERGE_SUBSAMPLE_CALLS + self.valset_size if self.use_merge else 0
         return max(reflective, merge)
 
+    def smallest_budget(self) -> int:
+        """Calls for the seed's validation plus one proposal screened and validated: one useful step."""
+        return self.valset_size + 2 * self.minibatch_size + self.valset_size
+
     def max_proposals(self, state: GEPAState) -> int:
         """Widest step that still leaves room to validate one child."""
         return max(0, (self.remaining(state) - self.valset_size) // (2 * self.minibatch_size))

@@ -29,7 +29,7 @@ import dspy
 from dspy.primitives import Example, Module
 from dspy.teleprompt.gepa.gepa import DspyGEPAResult
 from dspy.teleprompt.gepa.gepa_utils import LoggerAdapter
-from gepa import optimize
+import gepa
 from gepa.proposer.reflective_mutation.base import CandidateSelector
 from gepa.strategies.candidate_selector import (
     CurrentBestCandidateSelector,
@@ -39,7 +39,7 @@ from gepa.strategies.candidate_selector import (
 )
 from gepa.strategies.proposal_selection import SelectionStrategy
 
-from dspy_pxn import checks, limits, resume, tracking
+from dspy_pxn import checks, components, limits, metrics, resume, tracking
 from dspy_pxn.adapter import BatchedAdapter
 from dspy_pxn.holdout import holdout_score
 from dspy_pxn.pool import ThreadWorkerPool, WorkerPool
@@ -96,7 +96,14 @@ class BatchedGEPAResult(DspyGEPAResult):
 class BatchedGEPA(dspy.GEPA):
     """dspy.GEPA that proposes P×N children per step and evaluates them concurrently.
 
-    Args (beyond dspy.GEPA's, whose meaning is unchanged):
+    Every argument of ``dspy.GEPA.__init__`` is accepted with its meaning; the defaults
+    differ only where ``DEFAULTS_DIFFERING_FROM_DSPY_GEPA`` says why. Beyond dspy.GEPA:
+
+        metric: optional: without it the program's own ``program.metric`` is used. A plain
+            DSPy metric ``(gold, pred, trace=None)`` is accepted too (score-only feedback).
+        auto / max_full_evals / max_metric_calls: at most one; with none, ``auto="light"``.
+        reflection_lm: optional: without it the task LM (``dspy.settings.lm`` at compile)
+            reflects, and the run says so once.
         p: parents per step, distinct when the Pareto front has that many.
         n: mutations per parent, each on its own minibatch.
         num_threads: W, the one pool shared by all rollouts and reflection calls of a
@@ -113,11 +120,13 @@ class BatchedGEPA(dspy.GEPA):
         testset: held-out examples scored once, after the search, on the same pool
             (``detailed_results.test_score``; MLflow ``test_score``). Given here, not to
             ``compile``, so ``compile`` keeps DSPy's signature; the search never sees it.
-        mlflow, tracking_uri, experiment, run_name, run_tags: track the run in MLflow
-            (``dspy_pxn.tracking``). Any of the last four implies ``mlflow=True``; with
+        use_mlflow / mlflow, tracking_uri, experiment, run_name, run_tags: track the run in
+            MLflow (``dspy_pxn.tracking``). Any of the last four implies tracking; with
             none, runs go to MLflow's default local store in the working directory.
             Inside ``with dspy_pxn.tracking.sweep(...)`` a run is tracked as a nested
             child unless ``mlflow=False``. Tracking never stops or slows the search.
+        use_wandb, wandb_api_key, wandb_init_kwargs: passed on to gepa's own Weights &
+            Biases logging, as dspy.GEPA does.
         max_concurrent_lm_calls: at most this many LM calls in progress at once, over the
             task, per-predictor and reflection LMs, whatever ``num_threads`` is (providers
             limit requests, not workers); a ``dspy_pxn.limits.LMCallLimiter`` to share one
@@ -131,7 +140,7 @@ class BatchedGEPA(dspy.GEPA):
 
     def __init__(
         self,
-        metric: Callable[..., Any],
+        metric: Callable[..., Any] | None = None,
         *,
         p: int = 1,
         n: int = 1,
@@ -145,21 +154,27 @@ class BatchedGEPA(dspy.GEPA):
         candidate_selection_strategy: str | CandidateSelector = "pareto",
         component_selector: Any = "round_robin",
         use_merge: bool = False,
-        max_merge_invocations: int = 5,
+        max_merge_invocations: int | None = 5,
         skip_perfect_score: bool = True,
         add_format_failure_as_feedback: bool = False,
         instruction_proposer: Any = None,
+        code_proposer: Any = None,
         failure_score: float = 0.0,
         perfect_score: float = 1.0,
         log_dir: str | None = None,
-        seed: int = 0,
+        track_stats: bool = True,
+        use_wandb: bool = False,
+        wandb_api_key: str | None = None,
+        wandb_init_kwargs: dict[str, Any] | None = None,
         track_best_outputs: bool = False,
         warn_on_score_mismatch: bool = True,
+        use_mlflow: bool = False,
+        seed: int | None = 0,
+        gepa_kwargs: dict[str, Any] | None = None,
         display_progress_bar: bool = False,
         pool: WorkerPool | str | None = None,
         callbacks: Sequence[Any] = (),
         step_sinks: Sequence[Callable[[StepRecord], None]] = (),
-        gepa_kwargs: dict[str, Any] | None = None,
         testset: list[Example] | None = None,
         mlflow: bool | None = None,
         tracking_uri: str | None = None,
@@ -170,8 +185,9 @@ class BatchedGEPA(dspy.GEPA):
     ):
         self.p = checks.positive_int("p", p, "p is the number of parents sampled per step, e.g. p=8.")
         self.n = checks.positive_int("n", n, "n is the number of mutations drawn per parent, e.g. n=1.")
-        checks.one_budget(auto, max_full_evals, max_metric_calls)
-        checks.feedback_metric(metric)
+        checks.at_most_one_budget(auto, max_full_evals, max_metric_calls)
+        if metric is not None:
+            metrics.arity(metric)  # a wrong signature fails here, before any data or LM
         if num_threads is not None:
             checks.positive_int("num_threads", num_threads, "It is the number of concurrent rollouts, e.g. 16.")
         checks.positive_int("reflection_minibatch_size", reflection_minibatch_size)
@@ -180,33 +196,40 @@ class BatchedGEPA(dspy.GEPA):
                 f"candidate_selection_strategy={candidate_selection_strategy!r} is unknown; "
                 f"use one of {sorted(CANDIDATE_SELECTORS)} or a gepa CandidateSelector."
             )
+        if track_best_outputs and not track_stats:
+            raise checks.ArgumentError("track_best_outputs=True needs track_stats=True (the outputs are part of the stats).")
         self.selection = selection_strategy(selection)
         self.testset = checks.dataset("testset", testset) if testset is not None else None
-        self.mlflow = mlflow
-        self.tracking = tracking.tracking_config(mlflow, tracking_uri, experiment, run_name, run_tags)
+        if use_mlflow and mlflow is False:
+            raise ValueError("use_mlflow=True contradicts mlflow=False: pass one of them.")
+        self.mlflow = True if use_mlflow else mlflow
+        self.tracking = tracking.tracking_config(self.mlflow, tracking_uri, experiment, run_name, run_tags)
+        if use_wandb:
+            checks.wandb_installed()
         owned = sorted(set(gepa_kwargs or {}) & set(OWNED_GEPA_KWARGS))
         if owned:
             raise ValueError(
                 f"gepa_kwargs may not set {owned}: BatchedGEPA sets them itself. Use BatchedGEPA's own "
-                "arguments (p, n, selection, max_metric_calls, reflection_minibatch_size, callbacks)."
+                "arguments (p, n, selection, max_metric_calls, reflection_minibatch_size, callbacks, use_mlflow)."
             )
-        reflection_lm = reflection_lm or dspy.settings.lm
-        if reflection_lm is None and instruction_proposer is None:
-            raise ValueError(
+        if reflection_lm is None and instruction_proposer is None and dspy.settings.lm is None:
+            raise checks.ArgumentError(
                 "No reflection LM: pass reflection_lm=dspy.LM('openai/gpt-5-mini', ...) or configure a default "
                 "with dspy.configure(lm=...) before creating BatchedGEPA."
             )
+        no_budget = auto is None and max_full_evals is None and max_metric_calls is None
         super().__init__(
-            metric,
-            auto=auto,
+            _resolved_in_compile,  # dspy.GEPA accepts only 5-argument metrics; ours is resolved in compile
+            auto="light" if no_budget else auto,
             max_full_evals=max_full_evals,
             max_metric_calls=max_metric_calls,
             reflection_minibatch_size=reflection_minibatch_size,
             candidate_selection_strategy="pareto",
-            reflection_lm=reflection_lm,
+            reflection_lm=reflection_lm or dspy.settings.lm,
             skip_perfect_score=skip_perfect_score,
             add_format_failure_as_feedback=add_format_failure_as_feedback,
             instruction_proposer=instruction_proposer,
+            code_proposer=code_proposer,
             component_selector=component_selector,
             use_merge=use_merge,
             max_merge_invocations=max_merge_invocations,
@@ -214,12 +237,20 @@ class BatchedGEPA(dspy.GEPA):
             failure_score=failure_score,
             perfect_score=perfect_score,
             log_dir=log_dir,
-            track_stats=True,
+            track_stats=track_stats,
+            use_wandb=use_wandb,
+            wandb_api_key=wandb_api_key,
+            wandb_init_kwargs=wandb_init_kwargs,
             track_best_outputs=track_best_outputs,
             warn_on_score_mismatch=warn_on_score_mismatch,
+            use_mlflow=False,  # gepa's own MLflow logging stays off: use_mlflow means dspy-pxn's tracking
             seed=seed,
             gepa_kwargs=gepa_kwargs,
         )
+        self.metric_fn = metric  # None: the program's own metric, resolved at compile
+        self.reflection_lm = reflection_lm  # None: the task LM at compile time
+        self.budget_by_default = no_budget  # auto="light" was chosen for the user, which the run says
+        self.use_mlflow = bool(use_mlflow)
         self.candidate_selection_strategy = candidate_selection_strategy
         self.display_progress_bar = display_progress_bar
         checks.saved_state_serializable(log_dir, track_best_outputs, self.gepa_kwargs)
@@ -232,15 +263,22 @@ class BatchedGEPA(dspy.GEPA):
 
     # ------------------------------------------------------------------------------
     def metric_call_budget(self, student: Module, trainset: list[Example], valset: list[Example]) -> int:
-        """The budget in metric calls, computed from auto/max_full_evals exactly as dspy.GEPA does."""
+        """The budget in metric calls, computed from auto/max_full_evals exactly as dspy.GEPA does.
+
+        With no budget at all, ``auto="light"``: the run says so, with the number it comes to.
+        """
         if self.auto is not None:
             from dspy.teleprompt.gepa.gepa import AUTO_RUN_SETTINGS
 
-            return self.auto_budget(
-                num_preds=len(student.named_predictors()),
+            budget = self.auto_budget(
+                num_preds=max(len(components.seed_candidate(student)), 1),
                 num_candidates=AUTO_RUN_SETTINGS[self.auto]["n"],
                 valset_size=len(valset),
             )
+            if self.budget_by_default:
+                logger.info("No budget given: using auto='light', %d metric calls for this program and valset "
+                            "(pass max_metric_calls=... to set it).", budget)
+            return budget
         if self.max_full_evals is not None:
             return self.max_full_evals * (len(trainset) + len(valset))
         return self.max_metric_calls
@@ -265,19 +303,22 @@ class BatchedGEPA(dspy.GEPA):
         teacher: Module | None = None,
         valset: list[Example] | None = None,
     ) -> Module:
-        """Optimize ``student``; returns the best program with ``.detailed_results``."""
+        """Optimize ``student``; returns the best program (with ``.detailed_results`` when ``track_stats``)."""
         if teacher is not None:
-            raise ValueError("teacher is not supported by GEPA; pass teacher=None.")
-        checks.program(student)
+            raise checks.ArgumentError("teacher is not supported by GEPA; pass teacher=None.")
+        checks.program(student, list(components.seed_candidate(student)) if isinstance(student, Module) else [])
+        metric = metrics.resolve(self.metric_fn, student)
         trainset = checks.dataset("trainset", trainset)
         if valset is None:
             logger.warning("No valset given: using the trainset for validation (scores will be optimistic).")
         valset = checks.dataset("valset", valset) if valset is not None else trainset
         budget = self.metric_call_budget(student, trainset, valset)
-        checks.budget_covers_validation(budget, len(valset))
+        guard = BudgetGuard(budget, len(valset), self.reflection_minibatch_size, self.use_merge)
+        checks.budget_buys_one_step(budget, len(valset), self.reflection_minibatch_size, guard.smallest_budget())
         checks.examples_match_program(student, trainset=trainset, valset=valset, testset=self.testset)
         checks.writable_dir("log_dir", self.log_dir)
-        settings = self.run_settings(student, trainset, valset)
+        reflection_lm = self.resolve_reflection_lm()
+        settings = self.run_settings(student, trainset, valset, reflection_lm)
         saved_state = resume.load_saved_state(self.log_dir)
         if saved_state is not None:
             resume.check_resumable(saved_state, settings, self.log_dir)
@@ -287,19 +328,19 @@ class BatchedGEPA(dspy.GEPA):
         meter = UsageMeter()
         tracker = None
         try:
-            tracker = tracking.start_for(self, student, trainset, valset, budget, pool.num_workers, meter)
+            tracker = tracking.start_for(self, student, trainset, valset, budget, pool.num_workers, meter, reflection_lm)
             started = time.perf_counter()
             limits.warn_if_no_timeout("task", dspy.settings.lm)
-            limits.warn_if_no_timeout("reflection", self.reflection_lm)
+            limits.warn_if_no_timeout("reflection", reflection_lm)
             lm_counter = limits.LMCallLimiter()  # this run's calls, retries and failures (never blocks)
             with meter.active(), limits.installed(self.lm_limiter, lm_counter):
                 program, gepa_result, adapter, recorder = self._optimize(
-                    student, trainset, valset, budget, pool, meter, tracker, settings, saved_state
+                    student, metric, trainset, valset, guard, pool, meter, tracker, settings, saved_state, reflection_lm
                 )
                 wall_s, usage = time.perf_counter() - started, meter.totals()
                 test_score = None
                 if self.testset:
-                    test_score = holdout_score(program, self.testset, self.metric_fn, pool, self.failure_score)
+                    test_score = holdout_score(program, self.testset, metric, pool, self.failure_score)
         except BaseException as error:
             if tracker is not None:
                 tracker.fail(error)
@@ -307,8 +348,9 @@ class BatchedGEPA(dspy.GEPA):
         finally:
             if owns_pool:
                 pool.close()
+        warn_if_answered_from_cache(usage, gepa_result.total_metric_calls)
         base = DspyGEPAResult.from_gepa_result(gepa_result, adapter)
-        program.detailed_results = BatchedGEPAResult(
+        results = BatchedGEPAResult(
             **{f.name: getattr(base, f.name) for f in fields(DspyGEPAResult)},
             steps=tuple(recorder.steps),
             budget=budget,
@@ -319,46 +361,62 @@ class BatchedGEPA(dspy.GEPA):
             mlflow_run_id=tracker.run_id if tracker is not None else None,
             lm_call_counts=lm_counter.counts(),
         )
+        if self.track_stats:
+            program.detailed_results = results
         if tracker is not None:
-            results = program.detailed_results
             tracker.finish(program, tracking.final_metrics(
                 recorder.steps, max(results.val_aggregate_scores), results.total_metric_calls,
                 len(results.candidates), wall_s, usage, test_score,
             ), list(recorder.steps))
         return program
 
-    def run_settings(self, student: Module, trainset: list[Example], valset: list[Example]) -> resume.RunSettings:
+    def resolve_reflection_lm(self) -> dspy.BaseLM | None:
+        """The reflection LM given, else the task LM (said once per run), else None for a custom proposer."""
+        if self.reflection_lm is not None:
+            return self.reflection_lm
+        task_lm = dspy.settings.lm
+        if task_lm is not None and self.custom_instruction_proposer is None:
+            logger.info("No reflection_lm given: the task LM %s also reflects. A stronger reflection LM "
+                        "(reflection_lm=dspy.LM(...)) usually finds better instructions.", tracking.lm_name(task_lm))
+        return task_lm
+
+    def run_settings(
+        self, student: Module, trainset: list[Example], valset: list[Example], reflection_lm: Any
+    ) -> resume.RunSettings:
         """What a resume from ``log_dir`` must keep unchanged (see dspy_pxn.resume)."""
         return resume.RunSettings.of(
             p=self.p, n=self.n, minibatch_size=self.reflection_minibatch_size, seed=self.seed,
             selection=tracking.selection_label(self.selection), use_merge=self.use_merge,
-            trainset=trainset, valset=valset, seed_candidate=seed_candidate(student),
+            trainset=trainset, valset=valset, seed_candidate=components.seed_candidate(student),
+            task_lms=task_lms(student), reflection_lm=reflection_lm,
         )
 
-    def _optimize(self, student, trainset, valset, budget, pool, meter, tracker, settings, saved_state):
+    def _optimize(self, student, metric, trainset, valset, guard, pool, meter, tracker, settings, saved_state,
+                  reflection_lm):
         recorder = StepRecorder(
-            self.p, self.n, budget, pool, log_dir=self.log_dir or (tracker.log_dir if tracker else None),
+            self.p, self.n, guard.max_metric_calls, pool,
+            log_dir=self.log_dir or (tracker.log_dir if tracker else None),
             sinks=[*self.step_sinks, *([tracker.on_step] if tracker else [])],
             minibatch_size=self.reflection_minibatch_size, val_size=len(valset), usage=meter,
             lm_counts=limits.StepLMCounts(limits.current_counter()),  # retries and failures per step
         )
-        predictors = student.named_predictors()
+        seed = components.seed_candidate(student)
         adapter = BatchedAdapter(
             student_module=student,
-            metric_fn=self.metric_fn,
-            feedback_map={name: feedback_function(self.metric_fn, name, pred) for name, pred in predictors},
+            metric_fn=metric,
+            feedback_map={name: metrics.feedback_function(metric, name, pred) for name, pred in student.named_predictors()},
             failure_score=self.failure_score,
             num_threads=pool.num_workers,
             add_format_failure_as_feedback=self.add_format_failure_as_feedback,
             rng=random.Random(self.seed),
             reflection_lm=None,  # PooledReflection sets the reflection LM per call
             custom_instruction_proposer=self.custom_instruction_proposer,
+            custom_code_proposer=self.custom_code_proposer,
             warn_on_score_mismatch=self.warn_on_score_mismatch,
             reflection_minibatch_size=self.reflection_minibatch_size,
             pool=pool,
             on_evaluated=recorder.on_evaluated,
         )
-        guard = BudgetGuard(budget, len(valset), self.reflection_minibatch_size, self.use_merge)
 
         def on_sampled(tasks):
             adapter.expect_parent_evaluations(unique_minibatches(tasks))
@@ -372,15 +430,15 @@ class BatchedGEPA(dspy.GEPA):
         if saved_state is not None:
             completed = saved_state.i + 1
             logger.info("Resuming from log_dir=%s after step %d (%d of %d metric calls spent).",
-                        self.log_dir, completed, saved_state.total_num_evals, budget)
-            adapter.replay_once(seed_candidate(student), valset, resume.seed_evaluation(adapter, saved_state, len(valset)))
+                        self.log_dir, completed, saved_state.total_num_evals, guard.max_metric_calls)
+            adapter.replay_once(seed, valset, resume.seed_evaluation(adapter, saved_state, len(valset)))
             recorder.resume_after(completed)
         candidate_selector = self.candidate_selection_strategy
         if isinstance(candidate_selector, str):
             candidate_selector = CANDIDATE_SELECTORS[candidate_selector](rng)
 
-        gepa_result = optimize(
-            seed_candidate=seed_candidate(student),
+        gepa_result = gepa.optimize(
+            seed_candidate=seed,
             trainset=trainset,
             valset=valset,
             adapter=adapter,
@@ -388,7 +446,7 @@ class BatchedGEPA(dspy.GEPA):
             batch_sampler=sampler,
             sampling_strategy=DistinctParentsPxN(self.p, self.n, guard, on_sampled=on_sampled),
             selection_strategy=BudgetCappedSelection(self.selection, guard, on_selected=recorder.on_selection),
-            reflection_strategy=PooledReflection(adapter, self.reflection_lm, pool, on_reflected=recorder.on_reflected),
+            reflection_strategy=PooledReflection(adapter, reflection_lm, pool, on_reflected=recorder.on_reflected),
             stop_callbacks=[ExactBudgetStopper(guard)],
             callbacks=[recorder.lm_counts, recorder, *(tracker.gepa_callbacks if tracker else []), *self.callbacks],
             skip_perfect_score=self.skip_perfect_score,
@@ -398,6 +456,9 @@ class BatchedGEPA(dspy.GEPA):
             max_merge_invocations=self.max_merge_invocations,
             logger=LoggerAdapter(logger),
             run_dir=self.log_dir,
+            use_wandb=self.use_wandb,
+            wandb_api_key=self.wandb_api_key,
+            wandb_init_kwargs=self.wandb_init_kwargs,
             track_best_outputs=self.track_best_outputs,
             display_progress_bar=self.display_progress_bar,
             raise_on_exception=True,
@@ -408,25 +469,28 @@ class BatchedGEPA(dspy.GEPA):
         return program, gepa_result, adapter, recorder
 
 
-def seed_candidate(student: Module) -> dict[str, str]:
-    """The instructions gepa optimizes, keyed by predictor name."""
-    return {name: pred.signature.instructions for name, pred in student.named_predictors()}
+def _resolved_in_compile(gold, pred, trace=None, pred_name=None, pred_trace=None):  # pragma: no cover
+    """Stands in for dspy.GEPA's metric argument: compile resolves the run's metric (dspy_pxn.metrics)."""
+    raise AssertionError("BatchedGEPA resolves its metric in compile()")
 
 
-def feedback_function(metric: Callable[..., Any], pred_name: str, predictor: Any) -> Callable[..., dict]:
-    """Per-predictor feedback in the shape DspyAdapter's reflective dataset expects.
+def task_lms(student: Module) -> list[Any]:
+    """The LMs the program's rollouts use: each predictor's own, else the configured default."""
+    lms = [predictor.lm for _, predictor in student.named_predictors() if getattr(predictor, "lm", None) is not None]
+    return lms or [dspy.settings.lm]
 
-    dspy.GEPA builds the same closure inside ``compile``; it is not importable, so it
-    is restated here: call the metric with the predictor's name and sub-trace, and
-    fall back to a score-only message when the metric gives no feedback text.
-    """
 
-    def feedback(predictor_output, predictor_inputs, module_inputs, module_outputs, captured_trace) -> dict:
-        outcome = metric(module_inputs, module_outputs, captured_trace, pred_name, [(predictor, predictor_inputs, predictor_output)])
-        if hasattr(outcome, "feedback"):
-            if outcome["feedback"] is None:
-                outcome["feedback"] = f"This trajectory got a score of {outcome['score']}."
-            return outcome
-        return dict(score=outcome, feedback=f"This trajectory got a score of {outcome}.")
+# How many of a run's metric calls may go without an LM call before the run says the cache answered them.
+CACHE_WARNING_RATIO = 0.5
 
-    return feedback
+
+def warn_if_answered_from_cache(usage: UsageTotals, metric_calls: int) -> None:
+    """A run that made far fewer LM calls than metric calls was answered from a cache: its timings,
+    token counts and costs describe the cache, not the LMs (DSPy's cache is on by default)."""
+    if metric_calls and usage.lm_calls < CACHE_WARNING_RATIO * metric_calls:
+        logger.warning(
+            "This run made %d LM calls for %d metric calls: most answers came from DSPy's cache (or the program "
+            "calls no LM), so its wall-clock, tokens and cost do not describe a fresh run. Turn the cache off "
+            "for timed or compared runs: dspy.LM(..., cache=False), or dspy.configure_cache(enable_disk_cache=False, "
+            "enable_memory_cache=False).", usage.lm_calls, metric_calls,
+        )

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dspy_pxn import runlog
+from dspy_pxn.components import code_components
 from dspy_pxn.lineage import LineageObserver, read_proposals
 from dspy_pxn.mlflow_io import (
     CONFIG_TAG,
@@ -434,7 +435,7 @@ def lm_name(lm: Any) -> str:
 
 
 def run_params(
-    optimizer: Any, student: Any, trainset: list, valset: list, budget: int, num_workers: int
+    optimizer: Any, student: Any, trainset: list, valset: list, budget: int, num_workers: int, reflection_lm: Any = None
 ) -> dict[str, str]:
     """What distinguishes one configuration from another: P, N, W, budget, LMs, program, data."""
     import dspy
@@ -458,9 +459,10 @@ def run_params(
         ),
         "use_merge": optimizer.use_merge,
         "task_lm": ",".join(sorted(task_lms)),
-        "reflection_lm": lm_name(optimizer.reflection_lm) if optimizer.reflection_lm is not None else "custom proposer",
+        "reflection_lm": lm_name(reflection_lm) if reflection_lm is not None else "custom proposer",
         "program": type(student).__name__,
         "predictors": len(student.named_predictors()),
+        "code_components": len(code_components(student)),
         "dataset": tags.get("dataset") or getattr(trainset, "name", None) or "unnamed",
         "trainset_size": len(trainset),
         "valset_size": len(valset),
@@ -470,7 +472,8 @@ def run_params(
 
 
 def start_for(
-    optimizer: Any, student: Any, trainset: list, valset: list, budget: int, num_workers: int, usage: UsageMeter
+    optimizer: Any, student: Any, trainset: list, valset: list, budget: int, num_workers: int, usage: UsageMeter,
+    reflection_lm: Any = None,
 ) -> RunTracker | None:
     """The tracker for one BatchedGEPA compile, or None when it is not tracked.
 
@@ -486,7 +489,7 @@ def start_for(
     selection = selection_label(optimizer.selection)
     if selection != "all":
         label += f" {selection}"
-    params = run_params(optimizer, student, trainset, valset, budget, num_workers)
+    params = run_params(optimizer, student, trainset, valset, budget, num_workers, reflection_lm)
     return start_run(config, params=params, config_label=label, log_dir=optimizer.log_dir, usage=usage)
 
 

@@ -52,36 +52,61 @@ def _tokens(usage: Mapping[str, Any], *names: str) -> int:
 
 
 class UsageMeter(UsageTracker):
-    """A DSPy usage tracker that also keeps thread-safe running totals and dollars."""
+    """A DSPy usage tracker that also keeps thread-safe running totals and dollars.
+
+    It must survive what DSPy does with its ``usage_tracker`` setting:
+
+    - ``dspy.Parallel``, ``Module.batch`` and ``dspy.Evaluate`` (DSPy's ``ParallelExecutor``)
+      deep-copy the tracker into every worker thread so that each thread "tracks its own
+      usage". A run's meter must see every call of the run, from any thread, so a copy of
+      it is the meter itself (``__deepcopy__``); a real copy would fail on the lock and
+      DSPy would turn each parallel item into ``None``.
+    - A nested ``dspy.track_usage()`` inside a program hands its entries up by extending
+      ``usage_data`` directly, without ``add_usage``; totals are therefore read from
+      ``usage_data`` (new entries only, so reading stays cheap), not counted in ``add_usage``.
+    """
 
     def __init__(self) -> None:
         super().__init__()
         self._lock = threading.Lock()
         self._totals = UsageTotals()
+        self._counted: dict[str, int] = {}  # entries of each model already in the totals
         self._prices: dict[str, tuple[float, float] | None] = {}
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> UsageMeter:
+        return self
 
     def add_usage(self, lm: str, usage_entry: dict[str, Any]) -> None:
         with self._lock:
             super().add_usage(lm, usage_entry)
-            if not usage_entry:
-                return
-            prompt = _tokens(usage_entry, "prompt_tokens", "input_tokens")
-            completion = _tokens(usage_entry, "completion_tokens", "output_tokens")
+
+    def _count_new_entries(self) -> None:
+        """Fold entries added since the last read into the totals (caller holds the lock)."""
+        total = self._totals
+        cost, calls, prompt, completion, unpriced = (
+            total.cost_usd, total.lm_calls, total.prompt_tokens, total.completion_tokens, total.unpriced_calls,
+        )
+        for lm, entries in list(self.usage_data.items()):
+            start, end = self._counted.get(lm, 0), len(entries)
+            if start == end:
+                continue
+            self._counted[lm] = end
             price = self._price(lm)
-            total = self._totals
-            cost = total.cost_usd
-            if price is not None:
-                cost = (cost or 0.0) + prompt * price[0] + completion * price[1]
-            self._totals = UsageTotals(
-                lm_calls=total.lm_calls + 1,
-                prompt_tokens=total.prompt_tokens + prompt,
-                completion_tokens=total.completion_tokens + completion,
-                cost_usd=cost,
-                unpriced_calls=total.unpriced_calls + (price is None),
-            )
+            for entry in entries[start:end]:
+                entry_prompt = _tokens(entry, "prompt_tokens", "input_tokens")
+                entry_completion = _tokens(entry, "completion_tokens", "output_tokens")
+                calls += 1
+                prompt += entry_prompt
+                completion += entry_completion
+                if price is None:
+                    unpriced += 1
+                else:
+                    cost = (cost or 0.0) + entry_prompt * price[0] + entry_completion * price[1]
+        self._totals = UsageTotals(calls, prompt, completion, cost, unpriced)
 
     def totals(self) -> UsageTotals:
         with self._lock:
+            self._count_new_entries()
             return self._totals
 
     def _price(self, model: str) -> tuple[float, float] | None:
@@ -101,6 +126,26 @@ class UsageMeter(UsageTracker):
                 if parent is not None:
                     for lm, entries in self.usage_data.items():
                         parent.usage_data[lm].extend(entries)
+
+
+def call_program(program: Any, inputs: Mapping[str, Any]) -> Any:
+    """Call a program in a rollout the way DSPy's evaluators do, usage included.
+
+    With ``dspy.configure(track_usage=True)`` DSPy attaches each prediction's LM usage
+    (``pred.get_lm_usage()``, which cost-aware metrics read) only when no usage tracker
+    is active, and a run's meter is one. So the program runs without it, as under
+    dspy.GEPA, and the prediction's usage is handed to the meter afterwards: tokens and
+    dollars are exact, but the meter then counts one LM call per model per rollout.
+    """
+    meter = dspy.settings.usage_tracker
+    if not (dspy.settings.track_usage and isinstance(meter, UsageMeter)):
+        return program(**inputs)
+    with dspy.context(usage_tracker=None):
+        prediction = program(**inputs)
+    get_usage = getattr(prediction, "get_lm_usage", None)
+    for lm, entry in ((get_usage() if callable(get_usage) else None) or {}).items():
+        meter.add_usage(lm, entry)
+    return prediction
 
 
 def token_prices(model: str) -> tuple[float, float] | None:

@@ -128,6 +128,35 @@ def test_resuming_with_other_settings_is_refused_before_any_lm_call(server, tmp_
     assert server.stats()["calls"]["total"] == calls_before
 
 
+@pytest.mark.parametrize("change", ["task model", "task endpoint", "reflection model"])
+def test_resuming_with_other_lms_is_refused_before_any_lm_call(server, tmp_path, change):
+    log_dir = tmp_path / "run"
+    compile_on(server, log_dir, max_metric_calls=60)
+    train, val, _ = sim.make_splits(**SPLITS)
+    with LatencyServer(task_latency=0.01, reflection_latency=0.01) as other:
+        task_lm, reflection_lm = server.lm("task"), server.lm("reflection")
+        if change == "task model":
+            task_lm = server.lm("other")
+        elif change == "task endpoint":
+            task_lm = other.lm("task", api_key="sk-secret-key")
+        else:
+            reflection_lm = server.lm("other")
+        calls_before = server.stats()["calls"]["total"]
+        with dspy.context(lm=task_lm), pytest.raises(ValueError, match="cannot be resumed") as error:
+            BatchedGEPA(metric=sim.metric, reflection_lm=reflection_lm, log_dir=str(log_dir),
+                        **{**SETTINGS, "max_metric_calls": 60}).compile(seed_program(), trainset=train, valset=val)
+        assert server.stats()["calls"]["total"] == calls_before and other.stats()["calls"]["total"] == 0
+    message = str(error.value)
+    saved = f"'openai/sim-task @ {server.base_url}'"
+    expected = {
+        "task model": f"task_lm: saved {saved}, now 'openai/sim-other @ {server.base_url}'",
+        "task endpoint": f"task_lm: saved {saved}, now 'openai/sim-task @ {other.base_url}'",
+        "reflection model": f"reflection_lm: saved 'openai/sim-reflection @ {server.base_url}', now 'openai/sim-other",
+    }[change]
+    assert expected in message
+    assert "sk-secret-key" not in message
+
+
 def test_resuming_on_another_valset_is_refused(server, tmp_path):
     log_dir = tmp_path / "run"
     compile_on(server, log_dir, max_metric_calls=60)

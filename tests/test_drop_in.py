@@ -1,0 +1,275 @@
+"""BatchedGEPA is a drop-in for dspy.GEPA: programs, metrics and arguments that work there work here.
+
+Every program here runs on the in-process simulated LM (dspy_pxn.simulation), which answers
+a rule question right iff the rule's definition is in the predictor's instruction.
+"""
+
+import inspect
+import logging
+
+import dspy
+import pytest
+from dspy.primitives.local_interpreter import LocalInterpreter
+
+from dspy_pxn import BatchedGEPA
+from dspy_pxn import simulation as sim
+
+KNOWN = "Apply the named rule to the number and give the integer result.\n" + "\n".join(
+    rule.definition for rule in sim.RULES
+)
+
+
+def knowing(predictor):
+    """The predictor with every rule's definition in its instruction: it answers every question right."""
+    predictor.signature = predictor.signature.with_instructions(KNOWN)
+    return predictor
+
+
+class ParallelPair(dspy.Module):
+    """Two predictors called through dspy.Parallel inside forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = knowing(dspy.Predict("question -> answer"))
+        self.second = knowing(dspy.Predict("question -> answer"))
+
+    def forward(self, question):
+        first, second = dspy.Parallel(num_threads=2)([(self.first, {"question": question}),
+                                                       (self.second, {"question": question})])
+        return dspy.Prediction(answer=first.answer if first.answer == second.answer else "disagree")
+
+
+class Batched(dspy.Module):
+    """A predictor called through Module.batch inside forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.solve = knowing(dspy.Predict("question -> answer"))
+
+    def forward(self, question):
+        (answer,) = self.solve.batch([dspy.Example(question=question).with_inputs("question")], num_threads=2)
+        return dspy.Prediction(answer=answer.answer)
+
+
+class NestedEvaluate(dspy.Module):
+    """A predictor scored by a nested dspy.Evaluate inside forward (a self-check before answering)."""
+
+    def __init__(self):
+        super().__init__()
+        self.solve = knowing(dspy.Predict("question -> answer"))
+
+    def forward(self, question):
+        probe = sim.make_examples(2, seed=99)
+        check = dspy.Evaluate(devset=probe, metric=sim.score, num_threads=2, display_progress=False)(self.solve)
+        answer = self.solve(question=question).answer
+        return dspy.Prediction(answer=answer if check.score == 100.0 else "unsure")
+
+
+def run(optimizer_class, program, splits, **kwargs):
+    kwargs.setdefault("max_metric_calls", 40)
+    optimizer = optimizer_class(metric=sim.metric, reflection_lm=sim.SimulatedLM(), track_stats=True, **kwargs)
+    return optimizer.compile(program, trainset=splits.train, valset=splits.val[:6])
+
+
+@pytest.mark.parametrize("program_class", [ParallelPair, Batched, NestedEvaluate])
+def test_programs_that_fan_out_inside_forward_score_as_under_dspy_gepa(task_lm, splits, program_class):
+    upstream = run(dspy.GEPA, program_class(), splits, use_merge=False, num_threads=4)
+    ours = run(BatchedGEPA, program_class(), splits, p=2, n=1, num_threads=4)
+    assert upstream.detailed_results.val_aggregate_scores[0] == 1.0
+    assert ours.detailed_results.val_aggregate_scores[0] == 1.0
+    # The LM calls made in DSPy's worker threads are metered into the run (2 per rollout at least
+    # for ParallelPair; the seed validation alone is 6 rollouts).
+    assert ours.detailed_results.usage.lm_calls >= 6
+
+
+def test_a_metric_reading_lm_usage_sees_it_as_under_dspy_gepa(task_lm, splits):
+    seen = []
+
+    def usage_metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
+        usage = pred.get_lm_usage()
+        seen.append(usage)
+        return 1.0 if usage else 0.0
+
+    program = sim.seed_program()
+    with dspy.context(track_usage=True):
+        best = BatchedGEPA(metric=usage_metric, reflection_lm=sim.SimulatedLM(), max_metric_calls=30).compile(
+            program, trainset=splits.train, valset=splits.val[:6])
+    assert best.detailed_results.val_aggregate_scores[0] == 1.0
+    assert all(seen) and len(seen) >= 6
+    assert best.detailed_results.usage.prompt_tokens > 0
+
+
+# ----------------------------------------------------------------------------- dspy.Flex
+class Question(dspy.Signature):
+    """Apply the named rule to the number and give the integer result."""
+
+    question: str = dspy.InputField()
+    answer: str = dspy.OutputField()
+
+
+def flex():
+    return dspy.Flex(Question, interpreter_factory=LocalInterpreter)
+
+
+class FlexAndPredictor(dspy.Module):
+    """A Flex submodule answers; a plain predictor phrases the answer (echoing it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.solver = flex()
+        self.echo = dspy.Predict("question -> answer")
+
+    def forward(self, question):
+        return self.solver(question=question)
+
+
+def test_a_flex_only_program_has_its_code_optimized(task_lm, splits):
+    program = flex()
+    seed_source = program.module_src
+    best = BatchedGEPA(metric=sim.metric, reflection_lm=sim.SimulatedLM(reflection_error_rate=0.0),
+                       p=2, n=1, max_metric_calls=80).compile(program, trainset=splits.train, valset=splits.val[:6])
+    results = best.detailed_results
+    assert results.candidates[0].module_src == seed_source
+    assert max(results.val_aggregate_scores) > results.val_aggregate_scores[0]
+    assert best.module_src != seed_source and "(x) = " in best.module_src
+
+
+def test_a_mixed_program_optimizes_code_and_instructions(task_lm, splits):
+    from dspy_pxn.components import seed_candidate
+
+    program = FlexAndPredictor()
+    assert set(seed_candidate(program)) == {"solver", "echo"}
+    calls = []
+
+    def code_proposer(*, candidate, reflective_dataset, components_to_update, task_descriptions, context_blurbs):
+        calls.append(list(components_to_update))
+        return {name: candidate[name] + "\n# revised" for name in components_to_update}
+
+    best = BatchedGEPA(metric=sim.metric, reflection_lm=sim.SimulatedLM(), code_proposer=code_proposer,
+                       component_selector="all", max_metric_calls=60).compile(
+        program, trainset=splits.train, valset=splits.val[:6])
+    assert calls and all(update == ["solver"] for update in calls)  # only Flex code goes to the code proposer
+    assert best.detailed_results.total_metric_calls <= 60
+
+
+# ----------------------------------------------------------------------------- dspy.GEPA's arguments
+# Defaults BatchedGEPA sets differently from dspy.GEPA, each for a reason the README gives.
+DEFAULTS_DIFFERING_FROM_DSPY_GEPA = {
+    "metric": None,  # the program's own metric when omitted
+    "use_merge": False,  # a merge replaces a whole P×N step when it fires; off keeps steps comparable
+    "track_stats": True,  # detailed_results carry the per-step records the run is for
+}
+
+
+def test_every_argument_of_dspy_gepa_is_accepted_with_its_default():
+    upstream = inspect.signature(dspy.GEPA.__init__).parameters
+    ours = inspect.signature(BatchedGEPA.__init__).parameters
+    missing = sorted(set(upstream) - set(ours))
+    assert not missing, f"dspy.GEPA has arguments BatchedGEPA does not accept: {missing}"
+    for name, parameter in upstream.items():
+        if name == "self":
+            continue
+        expected = DEFAULTS_DIFFERING_FROM_DSPY_GEPA.get(name, parameter.default)
+        assert ours[name].default == expected, f"default of {name}: {ours[name].default!r} vs {expected!r}"
+        assert ours[name].kind in (parameter.kind, inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def test_track_stats_false_returns_no_detailed_results(task_lm, splits):
+    best = BatchedGEPA(metric=sim.metric, track_stats=False, max_metric_calls=30).compile(
+        sim.seed_program(), trainset=splits.train, valset=splits.val[:6])
+    assert not hasattr(best, "detailed_results")
+
+
+def test_use_mlflow_is_dspy_pxn_tracking(tmp_path):
+    optimizer = BatchedGEPA(metric=sim.metric, reflection_lm=sim.SimulatedLM(), max_metric_calls=30, use_mlflow=True,
+                            tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    assert optimizer.tracking is not None and optimizer.use_mlflow
+    with pytest.raises(ValueError, match="use_mlflow=True contradicts mlflow=False"):
+        BatchedGEPA(metric=sim.metric, reflection_lm=sim.SimulatedLM(), max_metric_calls=30, use_mlflow=True,
+                    mlflow=False)
+
+
+def test_use_wandb_without_wandb_names_the_install_and_an_alternative(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    with pytest.raises(ImportError, match=r"pip install wandb.*use_mlflow=True"):
+        BatchedGEPA(metric=sim.metric, reflection_lm=sim.SimulatedLM(), max_metric_calls=30, use_wandb=True)
+
+
+def test_errors_dspy_gepa_raises_as_assertions_are_still_assertion_errors(splits):
+    optimizer = BatchedGEPA(metric=sim.metric, reflection_lm=sim.SimulatedLM(), max_metric_calls=30)
+    with pytest.raises(AssertionError, match="trainset"):
+        optimizer.compile(sim.seed_program(), trainset=[])
+    with pytest.raises(AssertionError, match="track_stats"):
+        BatchedGEPA(metric=sim.metric, reflection_lm=sim.SimulatedLM(), max_metric_calls=30,
+                    track_stats=False, track_best_outputs=True)
+
+
+# ----------------------------------------------------------------------------- budget
+def test_a_budget_too_small_for_one_step_is_refused_naming_the_smallest(task_lm, splits):
+    val = splits.val[:6]  # seed validation 6 + one proposal: 2x3 screening + 6 validation = 18
+    with pytest.raises(ValueError, match="The smallest budget that buys one step is 18"):
+        BatchedGEPA(metric=sim.metric, max_metric_calls=17).compile(sim.seed_program(), trainset=splits.train,
+                                                                    valset=val)
+    best = BatchedGEPA(metric=sim.metric, max_metric_calls=18).compile(sim.seed_program(), trainset=splits.train,
+                                                                       valset=val)
+    assert len(best.detailed_results.steps) == 1
+    assert best.detailed_results.total_metric_calls <= 18
+
+
+# ----------------------------------------------------------------------------- the user's own line
+class WithMetric(dspy.Module):
+    """A ready-made program's shape: the program carries its feedback metric."""
+
+    metric = staticmethod(sim.metric)
+
+    def __init__(self):
+        super().__init__()
+        self.predict = sim.seed_program()
+
+    def forward(self, question):
+        return self.predict(question=question)
+
+
+def test_the_design_cards_line_works(task_lm, splits, caplog):
+    with caplog.at_level(logging.INFO, logger="dspy_pxn"):
+        best = BatchedGEPA(p=2, n=1).compile(WithMetric(), trainset=splits.train, valset=splits.val[:6])
+    results = best.detailed_results
+    light = dspy.GEPA(metric=sim.metric, auto="light", reflection_lm=task_lm)
+    expected_budget = light.auto_budget(num_preds=1, num_candidates=6, valset_size=6)
+    assert results.budget == expected_budget
+    assert results.total_metric_calls <= expected_budget
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("No budget given: using auto='light'" in m for m in messages) == 1
+    assert sum("No reflection_lm given: the task LM" in m for m in messages) == 1
+
+
+def test_no_metric_anywhere_is_the_clear_error(task_lm, splits):
+    with pytest.raises(TypeError, match=r"No metric: pass BatchedGEPA\(metric=...\).*\.metric attribute"):
+        BatchedGEPA(max_metric_calls=30).compile(sim.seed_program(), trainset=splits.train, valset=splits.val[:6])
+
+
+def test_a_plain_dspy_metric_is_accepted_with_one_info_line(task_lm, splits, caplog):
+    def plain(gold, pred, trace=None):
+        return sim.score(gold, pred)
+
+    with caplog.at_level(logging.INFO, logger="dspy_pxn"):
+        best = BatchedGEPA(metric=plain, p=2, n=1, max_metric_calls=60).compile(
+            sim.seed_program(), trainset=splits.train, valset=splits.val[:6])
+    assert sum("returns a score only" in r.getMessage() for r in caplog.records) == 1
+    assert len(best.detailed_results.steps) >= 1
+
+
+def test_a_metric_with_no_usable_score_on_the_seed_is_an_error_after_its_validation(splits):
+    lm = sim.SimulatedLM()
+
+    def words(gold, pred, trace=None, pred_name=None, pred_trace=None):
+        return "correct"
+
+    with dspy.context(lm=lm):
+        with pytest.raises(ValueError, match=r"metric words gave no usable score on any of the seed program's 6"):
+            BatchedGEPA(metric=words, max_metric_calls=30).compile(sim.seed_program(), trainset=splits.train,
+                                                                   valset=splits.val[:6])
+    assert lm.stats()["calls"]["total"] == 6  # the seed's validation, and nothing after it
