@@ -28,6 +28,7 @@ import importlib.util
 import logging
 import os
 import re
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -115,6 +116,8 @@ def tracking_config(
 
 
 def require_mlflow(asked_by: str) -> None:
+    if "mlflow" in sys.modules:
+        return  # imported already (find_spec refuses a module object that has no spec)
     if importlib.util.find_spec("mlflow") is None:
         raise ImportError(f"{asked_by} needs the mlflow package, which is not installed: {INSTALL_HINT}.")
 
