@@ -23,6 +23,10 @@ PLOTS = {
     "cost_usd": ("val_vs_dollars.png", "LM cost ($)"),
 }
 TABLE_NAME = "comparison.md"
+# What two runs must share for their wall-clocks and scores to compare: the budget, the data,
+# the models and the worker pool. P, N, selection and the other dials are what a comparison varies.
+SETUP_PARAMS = ("budget", "trainset_size", "valset_size", "testset_size", "dataset", "program", "task_lm",
+                "reflection_lm", "num_workers")
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ class RunResult:
     cost_usd: float | None
     metric_calls: int | None
     curve: tuple[CurvePoint, ...]
+    setup: tuple[tuple[str, str], ...] = ()  # SETUP_PARAMS as logged; runs compare only within one setup
 
     @property
     def val_test_gap(self) -> float | None:
@@ -129,6 +134,7 @@ def load_runs(experiment: str, tracking_uri: str | None = None, parent_run_id: s
                 cost_usd=metrics.get("total_cost_usd"),
                 metric_calls=_number(metrics.get("total_metric_calls")),
                 curve=curve,
+                setup=tuple((key, params[key]) for key in SETUP_PARAMS if key in params),
             )
         )
     return runs
@@ -192,24 +198,62 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
+def setups(runs: Sequence[RunResult]) -> list[tuple[tuple[str, str], ...]]:
+    """The distinct setups among the runs, in order of first appearance."""
+    seen: list[tuple[tuple[str, str], ...]] = []
+    for run in runs:
+        if run.setup not in seen:
+            seen.append(run.setup)
+    return seen
+
+
+def setup_differences(all_setups: Sequence[tuple[tuple[str, str], ...]]) -> list[str]:
+    """The setup parameters whose values are not the same in every setup."""
+    keys = {key for setup in all_setups for key, _ in setup}
+    return sorted(key for key in keys if len({dict(setup).get(key) for setup in all_setups}) > 1)
+
+
 def comparison_table(runs: Sequence[RunResult]) -> str:
-    """Markdown: config, iterations, validation-trigger fraction, wall, speed-up vs 1×1, scores."""
-    baseline = next((run for run in runs if run.p == 1 and run.n == 1 and run.wall_s), None)
+    """Markdown: config, iterations, validation-trigger fraction, wall, speed-up vs 1×1, scores.
+
+    Only like is compared with like: a run's speed-up is over the 1×1 run of the same setup
+    (budget, data sizes, models, workers). When the runs span several setups, a column names
+    each run's setup and the lines below the table say what differs between them.
+    """
+    all_setups = setups(runs)
+    names = {setup: chr(ord("A") + index) for index, setup in enumerate(all_setups)}
+    baselines = {
+        setup: next((run for run in runs if run.setup == setup and run.p == 1 and run.n == 1 and run.wall_s), None)
+        for setup in all_setups
+    }
+    several = len(all_setups) > 1
     header = (
-        "| config | run | iterations | validation-trigger fraction | wall s | speedup vs 1x1 | metric calls "
-        "| cost $ | best val | test | val-test gap |"
+        "| config | run |" + (" setup |" if several else "") + " iterations | validation-trigger fraction | wall s "
+        "| speedup vs 1x1 | metric calls | cost $ | best val | test | val-test gap |"
     )
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for run, label in zip(runs, _labels(runs), strict=True):
+        baseline = baselines[run.setup]
         speedup = baseline.wall_s / run.wall_s if baseline is not None and run.wall_s else None
         lines.append(
-            f"| {run.config} | {label} | {_fmt(run.iterations)} | {_fmt(run.validation_trigger_fraction, 2)} "
+            f"| {run.config} | {label} |" + (f" {names[run.setup]} |" if several else "")
+            + f" {_fmt(run.iterations)} | {_fmt(run.validation_trigger_fraction, 2)} "
             f"| {_fmt(run.wall_s, 1)} | {_fmt(speedup, 2)} | {_fmt(run.metric_calls)} | {_fmt(run.cost_usd, 4)} "
             f"| {_fmt(run.best_val)} | {_fmt(run.test_score)} | {_fmt(run.val_test_gap)} |"
         )
-    if baseline is None:
+    if several:
+        differing = setup_differences(all_setups)
         lines.append("")
-        lines.append("No finished 1x1 run among these runs: speed-up is not computed.")
+        lines.append(f"These runs do not share one setup: they differ in {', '.join(differing)}. Speed-ups are "
+                     "computed only against the 1x1 run of the same setup; compare scores across setups with care.")
+        for setup in all_setups:
+            values = dict(setup)
+            lines.append(f"- setup {names[setup]}: " + ", ".join(f"{key}={values.get(key, '?')}" for key in differing))
+    missing = [names[setup] for setup, baseline in baselines.items() if baseline is None]
+    if missing:
+        lines.append("")
+        lines.append("No finished 1x1 run " + (f"in setup {', '.join(missing)}" if several else "among these runs")
+                     + ": speed-up is not computed there.")
     return "\n".join(lines) + "\n"
 
 

@@ -95,3 +95,24 @@ def test_compare_names_a_missing_experiment_and_the_ones_that_exist(logged, tmp_
     store = logged[0]
     with pytest.raises(ValueError, match=r"experiment='nope' does not exist.*'cmp'"):
         compare_experiment("nope", str(tmp_path), tracking_uri=store)
+
+
+def test_runs_with_another_budget_or_data_are_flagged_not_compared(logged, tmp_path):
+    store = logged[0]
+    train, val, _ = sim.make_splits(seed=0, train=24, val=8, test=12)
+    for p, n, budget, valset in [(1, 1, 60, val), (2, 2, 60, val), (2, 2, 100, val), (1, 1, 60, val[:6])]:
+        with dspy.context(lm=sim.SimulatedLM(task_latency=0.004)):
+            BatchedGEPA(metric=sim.metric, p=p, n=n, max_metric_calls=budget, num_threads=8, mlflow=True,
+                        tracking_uri=store, experiment="mixed", reflection_lm=sim.SimulatedLM()).compile(
+                sim.seed_program(), trainset=train, valset=valset)
+    table = compare_experiment("mixed", str(tmp_path / "out"), tracking_uri=store).table
+    lines = [line for line in table.splitlines() if line.startswith("|")]
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    rows = [dict(zip(header, (c.strip() for c in line.strip("|").split("|")), strict=True)) for line in lines[2:]]
+    assert [row["setup"] for row in rows] == ["A", "A", "B", "C"]
+    assert rows[0]["speedup vs 1x1"] == "1.00" and rows[1]["speedup vs 1x1"] not in ("—", "1.00")
+    assert rows[2]["speedup vs 1x1"] == "—"  # no 1x1 ran with budget 100: no speed-up against another budget
+    assert rows[3]["speedup vs 1x1"] == "1.00"  # the 1x1 on 6 val examples is its own baseline
+    assert "they differ in budget, valset_size" in table
+    assert "- setup B: budget=100, valset_size=8" in table
+    assert "No finished 1x1 run in setup B" in table
