@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import random
@@ -16,6 +17,7 @@ from typing import Any, TextIO
 
 from dspy_pxn.runtime_model import DEFAULT_SHAPES, RunShape, RuntimeModel, parse_shapes
 from dspy_pxn.steps import STEP_LOG_NAME, StepRecord, read_step_log
+from dspy_pxn.teleprompter import CACHE_WARNING_RATIO
 
 # Without a finished run to fit, the planner assumes the paper's regime: reflection 4x a
 # task call, and LiveBench-Math's 1×1 acceptance (17% of iterations validated).
@@ -150,7 +152,9 @@ def import_command(args: argparse.Namespace) -> int:
 # Why these live here: each is a thin shell over BatchedGEPA + programs/, and every check below
 # runs before any LM call, so a mistake costs the user a second, not a started model or a bill.
 
-TASKS = ("math", "hover", "gsm8k")
+TASKS = ("math", "hover", "gsm8k", "sim")
+# `sim` needs no key and no network: dspy-pxn's latency server answers the synthetic rule task on loopback.
+SIM_REFLECTION_FACTOR = 4.0  # a reflection call takes this many task calls' time, as in the paper's regime
 DEFAULT_TIMEOUT_S = 600.0  # per LM call: a slow local reflector needs minutes; a hung request must not hold a worker forever
 
 
@@ -237,8 +241,15 @@ def _load_gsm8k(args: argparse.Namespace):
     return GSM8KSolver(), metric, load_gsm8k(args.data_dir, online=args.online, seed=args.seed, **sizes)
 
 
+def _load_sim(args: argparse.Namespace):
+    from dspy_pxn import simulation as sim
+
+    sizes = {"train": args.train_size or 60, "val": args.val_size or 30, "test": args.test_size or 100}
+    return sim.seed_program(), sim.metric, sim.make_splits(seed=args.seed, **sizes)
+
+
 _TASK_LOADERS: dict[str, Callable[[argparse.Namespace], tuple]] = {
-    "math": _load_math, "hover": _load_hover, "gsm8k": _load_gsm8k,
+    "math": _load_math, "hover": _load_hover, "gsm8k": _load_gsm8k, "sim": _load_sim,
 }
 
 
@@ -272,7 +283,7 @@ def build_role_lm(spec: str, role: str, api_base: str | None, args: argparse.Nam
     from dspy_pxn.lms import build_lm, parse_spec
     from dspy_pxn.local_lm import LocalLMError
 
-    settings: dict[str, Any] = {"timeout": args.timeout, **kw}
+    settings: dict[str, Any] = {"timeout": args.timeout, "cache": args.cache, **kw}
     if api_base and not parse_spec(spec).local:
         probe_endpoint(api_base, flag)
         settings["api_base"] = api_base
@@ -406,6 +417,9 @@ def summary(outcome: RunOutcome) -> str:
         (f"wall-clock {_duration(results.wall_s)} (search), {len(results.steps)} steps, "
          f"{results.total_metric_calls}/{results.budget} metric calls, {len(results.candidates)} candidates"),
         f"cost {cost}; {usage.lm_calls} LM calls, {usage.prompt_tokens} prompt + {usage.completion_tokens} completion tokens",
+        *([f"note: only {usage.lm_calls} LM calls for {results.total_metric_calls} metric calls: most answers came "
+           "from DSPy's cache (--cache), so the wall-clock and cost above are not a fresh run's."]
+          if usage.lm_calls < CACHE_WARNING_RATIO * results.total_metric_calls else []),
         "optimized instructions:",
     ]
     for name, predictor in outcome.program.named_predictors():
@@ -423,17 +437,36 @@ def summary(outcome: RunOutcome) -> str:
     return "\n".join(lines)
 
 
-def _prepare(args: argparse.Namespace) -> tuple[Task, Any]:
-    """Every check, then data, then LMs (the slow or billable part) last."""
+def _prepare(args: argparse.Namespace, resources: contextlib.ExitStack) -> tuple[Task, Any]:
+    """Every check, then data, then LMs (the slow or billable part) last.
+
+    ``resources`` owns what the run needs until it ends: the simulated LM server of ``sim``.
+    """
     from dspy_pxn.lms import parse_spec
 
     check_shape(args)
-    for spec in (args.lm, args.reflection_lm):
-        parse_spec(spec)  # a typo in a model name fails before data or models load
+    if args.lm is None and args.task != "sim":
+        raise UsageError(f"{args.task} needs --lm (a litellm model string, or local) and --reflection-lm; only "
+                         "the sim task starts its own simulated LM.")
+    if args.lm is None or args.reflection_lm is None:
+        if args.lm is not None or args.reflection_lm is not None:
+            raise UsageError("pass both --lm and --reflection-lm, or neither (sim only: the simulated LM).")
+    else:
+        for spec in (args.lm, args.reflection_lm):
+            parse_spec(spec)  # a typo in a model name fails before data or models load
     task = load_task(args)
-    if args.budget < len(task.val):
-        raise UsageError(f"--budget {args.budget} is smaller than one validation of the seed ({len(task.val)} "
-                         "metric calls); raise --budget or lower --val-size.")
+    from dspy_pxn.strategies import BudgetGuard
+
+    smallest = BudgetGuard(args.budget, len(task.val), args.minibatch_size).smallest_budget()
+    if args.budget < smallest:
+        raise UsageError(f"--budget {args.budget} cannot pay for one step: the seed's validation ({len(task.val)}) "
+                         f"plus one proposal screened on 2x{args.minibatch_size} examples and validated "
+                         f"({len(task.val)}) needs {smallest}; raise --budget to at least {smallest} or lower "
+                         "--val-size.")
+    if args.lm is None:
+        _start_simulated_lm(args, resources)
+    if args.cache:
+        _cache_per_endpoint(args.api_base)
     task_lm, reflection_lm = build_lms(args)
     import dspy
 
@@ -441,10 +474,38 @@ def _prepare(args: argparse.Namespace) -> tuple[Task, Any]:
     return task, reflection_lm
 
 
+def _start_simulated_lm(args: argparse.Namespace, resources: contextlib.ExitStack) -> None:
+    """The sim task's LMs: dspy-pxn's latency server on loopback, reached through litellm like any API."""
+    from dspy_pxn.latency_server import LatencyServer
+
+    if args.task_latency < 0:
+        raise UsageError(f"--task-latency {args.task_latency} must be >= 0 seconds.")
+    server = resources.enter_context(LatencyServer(task_latency=args.task_latency,
+                                                   reflection_latency=SIM_REFLECTION_FACTOR * args.task_latency))
+    args.lm, args.reflection_lm, args.api_base = "openai/sim-task", "openai/sim-reflection", server.base_url
+    print(f"sim: simulated LM server at {server.base_url} (task call {args.task_latency:g} s, reflection "
+          f"{SIM_REFLECTION_FACTOR * args.task_latency:g} s)", flush=True)
+
+
+def _cache_per_endpoint(api_base: str | None) -> None:
+    """--cache: DSPy's cache keys leave out the endpoint, so each endpoint gets its own disk cache;
+    otherwise a run against one server would be answered with another server's replies."""
+    if not api_base:
+        return
+    import hashlib
+
+    import dspy
+    from dspy.clients import DISK_CACHE_DIR
+
+    folder = os.path.join(DISK_CACHE_DIR, "endpoints", hashlib.sha256(api_base.encode()).hexdigest()[:16])
+    dspy.configure_cache(disk_cache_dir=folder)
+
+
 def optimize_command(args: argparse.Namespace) -> int:
-    task, reflection_lm = _prepare(args)
-    log_dir = args.log_dir or default_log_dir(task.name, args.p, args.n)
-    outcome = run_one(args, task, reflection_lm, args.p, args.n, log_dir, sys.stdout)
+    with contextlib.ExitStack() as resources:
+        task, reflection_lm = _prepare(args, resources)
+        log_dir = args.log_dir or default_log_dir(task.name, args.p, args.n)
+        outcome = run_one(args, task, reflection_lm, args.p, args.n, log_dir, sys.stdout)
     print(summary(outcome), flush=True)
     return 0
 
@@ -459,10 +520,11 @@ def sweep_command(args: argparse.Namespace) -> int:
     for p, n in shapes:
         args.p, args.n = p, n
         check_shape(args)
-    task, reflection_lm = _prepare(args)
+    resources = contextlib.ExitStack()
+    task, reflection_lm = _prepare(args, resources)
     experiment = args.experiment or f"dspy-pxn-{task.name}"
     log_dir = args.log_dir or os.path.join("runs", f"{task.name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
-    with sweep(args.sweep_name or f"{task.name}-sweep", experiment=experiment, tracking_uri=args.mlflow_uri,
+    with resources, sweep(args.sweep_name or f"{task.name}-sweep", experiment=experiment, tracking_uri=args.mlflow_uri,
                log_dir=log_dir) as current:
         for p, n in shapes:
             child = current.child_log_dir(f"{p}x{n}")
@@ -503,10 +565,15 @@ def demo_command(args: argparse.Namespace) -> int:
 def _run_options(parser: argparse.ArgumentParser, demo: bool = False) -> None:
     """Options shared by optimize, sweep and demo."""
     d = DEMO_DEFAULTS if demo else {}
-    parser.add_argument("--lm", default=d.get("lm"), required=not demo,
-                        help="task LM: a litellm model string (openai/gpt-4.1-mini, ...) or local[:name]")
-    parser.add_argument("--reflection-lm", default=d.get("reflection_lm"), required=not demo,
-                        help="reflection LM, same forms as --lm")
+    parser.add_argument("--lm", default=d.get("lm"),
+                        help="task LM: a litellm model string (openai/gpt-4.1-mini, ...) or local[:name] "
+                             "(the sim task starts a simulated LM when omitted)")
+    parser.add_argument("--reflection-lm", default=d.get("reflection_lm"), help="reflection LM, same forms as --lm")
+    parser.add_argument("--cache", action="store_true",
+                        help="let DSPy answer repeated LM requests from its cache (off: every call is real, so "
+                             "timings and costs are a fresh run's)")
+    parser.add_argument("--task-latency", type=float, default=0.5,
+                        help="sim only: seconds per simulated task call (reflection takes 4x)")
     parser.add_argument("--api-base", help="OpenAI-compatible endpoint for API-model specs (probed before the run)")
     parser.add_argument("--reflection-api-base", help="endpoint for the reflection LM (default: --api-base)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per LM call")

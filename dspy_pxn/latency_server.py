@@ -6,6 +6,14 @@ loop; an in-process fake would hide both. The server runs in its own process
 (`LatencyServer`) so its threads never compete with the optimiser for a GIL,
 and it counts calls and peak concurrency so tests can *measure* parallelism.
 
+What it can answer (``simulation.respond``): the synthetic rule task ("Apply rule zorp
+to 7.") through any DSPy program whose predictors take the question, the reflection
+prompts GEPA sends about it (an instruction rewrite, its shortening, and a dspy.Flex
+code revision), in DSPy's ChatAdapter or JSONAdapter format. What it cannot answer:
+anything else. A GSM8K, LiveBench-Math or HoVer question gets a well-formed but
+meaningless reply (answer "0"), so those tasks score 0 against it: it exercises their
+wiring, not their learning. ``dspy-pxn optimize sim`` runs the synthetic task on it.
+
 CLI::
 
     python -m dspy_pxn.latency_server --port 0 --task-latency 0.5 --reflection-latency 2.0

@@ -153,8 +153,10 @@ def _key_for_endpoint(parsed: LMSpec) -> str | None:
 def build_lm(spec: str, role: Role = "task", **kw: Any):  # -> dspy.LM
     """A ``dspy.LM`` for ``spec`` in ``role`` ("task" or "reflection").
 
-    API specs: ``dspy.LM(spec, engine="litellm", **role defaults, **kw)`` after checking the
-    provider's key is set. Local specs: start (or reuse) the embedded server - ``parallel=``,
+    API specs: ``dspy.LM(spec, engine="litellm", cache=False, **role defaults, **kw)`` after checking
+    the provider's key is set. DSPy's cache is off unless ``cache=True``: an optimization run answered
+    from an earlier run's cache reports the cache's speed and no cost (and DSPy's cache keys leave out
+    ``api_base``, so another endpoint's answers could come back). Local specs: start (or reuse) the embedded server - ``parallel=``,
     ``ctx_per_slot=``, ``threads=``, ``reuse=``, ``startup_timeout=`` configure it, ``grammar=``
     toggles the DSPy-marker grammar - and return its LM.
     """
@@ -175,6 +177,7 @@ def build_lm(spec: str, role: Role = "task", **kw: Any):  # -> dspy.LM
         import dspy
 
         settings.setdefault("engine", "litellm")
+        settings.setdefault("cache", False)  # a run's timings and costs must be its own calls', not a cache's
         lm = dspy.LM(parsed.model, **settings)
     log.info("built %s LM %s", role, lm.model)  # model name only: kwargs may hold an api_key
     return lm

@@ -11,6 +11,7 @@ both LMs at an OpenAI-compatible server; the tests run this script that way, wit
 import argparse
 import os
 import tempfile
+import time
 
 import dspy
 
@@ -35,7 +36,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--train-size", type=int, default=200)  # offline split: 200 / 150 / 200
     parser.add_argument("--val-size", type=int, default=150)
     parser.add_argument("--test-size", type=int, default=200)
-    parser.add_argument("--log-dir", default="runs/hover")
+    parser.add_argument("--log-dir", default=time.strftime("runs/hover-%Y%m%d-%H%M%S"),
+                        help="a new directory per run; pass an earlier run's to resume it")
     args = parser.parse_args(argv)
 
     train, val, test = load_hover(args.data_dir)

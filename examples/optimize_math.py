@@ -10,6 +10,7 @@ latency server); the tests run this script that way, with tiny sizes.
 
 import argparse
 import os
+import time
 
 import dspy
 
@@ -31,7 +32,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--train-size", type=int, default=100)  # the Terrarium split is 100 / 100 / 168
     parser.add_argument("--val-size", type=int, default=100)
     parser.add_argument("--test-size", type=int, default=168)
-    parser.add_argument("--log-dir", default="runs/math")
+    parser.add_argument("--log-dir", default=time.strftime("runs/math-%Y%m%d-%H%M%S"),
+                        help="a new directory per run; pass an earlier run's to resume it")
     args = parser.parse_args(argv)
 
     train, val, test = load_livebench_math(args.data_dir)

@@ -10,6 +10,7 @@ an OpenAI-compatible server; the tests run this script that way, with tiny sizes
 
 import argparse
 import os
+import time
 
 import dspy
 
@@ -33,7 +34,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", default="100,50,100", help="train,val,test")
     parser.add_argument("--tracking-uri", help="default: MLflow's (./mlflow.db)")
     parser.add_argument("--experiment", default="gsm8k-sweep")
-    parser.add_argument("--log-dir", default="runs/gsm8k-sweep")
+    parser.add_argument("--log-dir", default=time.strftime("runs/gsm8k-sweep-%Y%m%d-%H%M%S"),
+                        help="a new directory per run; pass an earlier run's to resume it")
     args = parser.parse_args(argv)
 
     n_train, n_val, n_test = (int(v) for v in args.sizes.split(","))

@@ -172,10 +172,62 @@ def test_unreachable_endpoint_is_reported_before_the_run(data_dir, capsys):
     assert f"--api-base {url} is unreachable" in line and "start the server" in line
 
 
-def test_budget_below_one_validation_is_refused(data_dir, capsys):
+def test_budget_below_one_step_is_refused(data_dir, capsys):
     assert cli(["optimize", "gsm8k", "--lm", "local", "--reflection-lm", "local", "--data-dir", data_dir,
-                "--val-size", "10", "--budget", "5"]) == 2
-    assert "smaller than one validation" in _error_line(capsys)
+                "--val-size", "10", "--budget", "25"]) == 2
+    assert "--budget 25 cannot pay for one step" in (line := _error_line(capsys)) and "at least 26" in line
+
+
+def test_tasks_other_than_sim_need_an_lm(data_dir, capsys):
+    assert cli(["optimize", "gsm8k", "--data-dir", data_dir, *TINY]) == 2
+    assert "gsm8k needs --lm" in _error_line(capsys)
+
+
+# ----------------------------------------------------------------------------- sim: learning with no key
+def test_optimize_sim_starts_its_own_simulated_lm_and_learns(store, tmp_path, capsys):
+    assert cli(["optimize", "sim", "--p", "2", "--n", "2", "--task-latency", "0.005", "--train-size", "30",
+                "--val-size", "10", "--test-size", "20", "--budget", "160", "--workers", "8",
+                "--mlflow-uri", store, "--experiment", "cli-sim", "--log-dir", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "sim: simulated LM server at http://127.0.0.1:" in out
+    val = out.split("val:  seed ")[1].split()
+    assert float(val[3]) > float(val[0])  # "seed 0.100 -> optimized 0.600": real learning, no key, no network
+    assert "note: only" not in out  # every answer was a real call to the simulated server
+
+
+# ----------------------------------------------------------------------------- DSPy's cache
+def lm_calls(out: str) -> int:
+    return int(out.split(" LM calls,")[0].rsplit(" ", 1)[1])
+
+
+def test_runs_are_not_answered_from_an_earlier_runs_cache(sim_lm_flags, data_dir, tmp_path, capsys):
+    args = ["optimize", "gsm8k", "--p", "2", "--n", "1", *sim_lm_flags, *TINY, "--data-dir", data_dir, "--no-mlflow"]
+    counts = []
+    for run in ("first", "second"):
+        assert cli([*args, "--log-dir", str(tmp_path / run)]) == 0
+        counts.append(lm_calls(capsys.readouterr().out))
+    assert counts[0] > 0 and counts[1] == counts[0]
+
+
+def test_cache_is_opt_in_and_kept_per_endpoint(sim_lm_flags, data_dir, tmp_path, monkeypatch, capsys):
+    import dspy
+    import dspy.clients
+
+    from dspy_pxn.latency_server import LatencyServer
+
+    monkeypatch.setattr(dspy.clients, "DISK_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(dspy, "cache", dspy.cache)  # restored after the test
+    args = ["optimize", "gsm8k", "--p", "2", "--n", "1", *TINY, "--data-dir", data_dir, "--no-mlflow", "--cache"]
+    assert cli([*args, *sim_lm_flags, "--log-dir", str(tmp_path / "a")]) == 0
+    first = capsys.readouterr().out
+    assert cli([*args, *sim_lm_flags, "--log-dir", str(tmp_path / "b")]) == 0
+    again = capsys.readouterr().out
+    assert lm_calls(first) > 0 and lm_calls(again) == 0 and "note: only 0 LM calls" in again
+    with LatencyServer(task_latency=0.01, reflection_latency=0.02) as other:
+        flags = [*sim_lm_flags[:4], "--api-base", other.base_url]
+        assert cli([*args, *flags, "--log-dir", str(tmp_path / "c")]) == 0
+        assert lm_calls(capsys.readouterr().out) > 0  # another endpoint: its own answers, not the first one's
+        assert other.stats()["calls"]["total"] > 0
 
 
 # ----------------------------------------------------------------------------- the demo's task (programs/gsm8k.py)
