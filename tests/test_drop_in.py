@@ -189,6 +189,17 @@ def test_use_mlflow_is_dspy_pxn_tracking(tmp_path):
                     mlflow=False)
 
 
+def test_use_wandb_is_gepas_weights_and_biases_logging(task_lm, splits, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")  # a real wandb run, written to disk, no account or network
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    BatchedGEPA(metric=sim.metric, p=2, n=1, max_metric_calls=40, use_wandb=True,
+                wandb_init_kwargs={"project": "dspy-pxn-test"}).compile(
+        sim.seed_program(), trainset=splits.train, valset=splits.val[:6])
+    (log,) = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
+    logged = log.read_bytes()
+    assert b"total_metric_calls" in logged and b"best_score_on_valset" in logged
+
+
 def test_use_wandb_without_wandb_names_the_install_and_an_alternative(monkeypatch):
     import importlib.util
 
