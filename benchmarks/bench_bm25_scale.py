@@ -12,7 +12,7 @@ common English function words (a third of all tokens), and one- to three-word ti
     nice -n 19 python benchmarks/bench_bm25_scale.py --docs 5200000                  # the real scale, ~20 min
 
 Each phase runs in its own process so its peak RSS is its own: generate, build
-(``programs.retrieval.build_index``), query (index loaded memory-mapped, process pinned
+(``dspy_pxn.programs.retrieval.build_index``), query (index loaded memory-mapped, process pinned
 to one core, 1000 timed ``search(query, k=7)`` after a warm-up). Writes
 benchmarks/results/bm25_scale.json unless ``--out`` says otherwise.
 """
@@ -98,7 +98,7 @@ def generate(path: Path, docs: int, vocab: int, seed: int, queries_path: Path, n
 
 
 def phase_build(corpus: Path, index: Path) -> dict:
-    from programs.retrieval import build_index
+    from dspy_pxn.programs.retrieval import build_index
 
     started = time.perf_counter()
     built = build_index(corpus, index)
@@ -106,7 +106,7 @@ def phase_build(corpus: Path, index: Path) -> dict:
 
 
 def phase_query(index: Path, queries_path: Path, k: int, warmup: int) -> dict:
-    from programs.retrieval import BM25Index
+    from dspy_pxn.programs.retrieval import BM25Index
 
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core
     queries = json.loads(queries_path.read_text())

@@ -22,7 +22,7 @@ import dspy
 from dspy_pxn.cli import DEMO_DEFAULTS
 from dspy_pxn.lms import build_lm, stop_local_servers
 from dspy_pxn.pool import ThreadWorkerPool
-from programs.gsm8k import SEED_INSTRUCTION, GSM8KSolver, load_gsm8k, metric
+from dspy_pxn.programs.gsm8k import SEED_INSTRUCTION, GSM8KSolver, load_gsm8k, metric
 
 INSTRUCTIONS = {
     "seed": SEED_INSTRUCTION,

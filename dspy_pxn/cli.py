@@ -208,7 +208,7 @@ def load_task(args: argparse.Namespace) -> Task:
         raise UsageError(f"unknown task {args.task!r}: choose one of {', '.join(TASKS)}.")
     if args.task == "hover" and not args.corpus:
         raise UsageError("hover needs --corpus PATH: a JSONL file of {\"title\", \"text\"} passages, e.g. the "
-                         "2017 Wikipedia abstracts (python -m programs.retrieval download --dest DIR).")
+                         "2017 Wikipedia abstracts (python -m dspy_pxn.programs.retrieval download --dest DIR).")
     _check_data_dir(args.data_dir)
     try:
         program, metric, (train, val, test) = _TASK_LOADERS[args.task](args)
@@ -220,14 +220,14 @@ def load_task(args: argparse.Namespace) -> Task:
 
 
 def _load_math(args: argparse.Namespace):
-    from programs.math_solver import MathSolver, load_livebench_math, metric
+    from dspy_pxn.programs.math_solver import MathSolver, load_livebench_math, metric
 
     return MathSolver(), metric, load_livebench_math(args.data_dir, online=args.online)
 
 
 def _load_hover(args: argparse.Namespace):
-    from programs.hover import HoverAgent, load_hover, metric
-    from programs.retrieval import open_index
+    from dspy_pxn.programs.hover import HoverAgent, load_hover, metric
+    from dspy_pxn.programs.retrieval import open_index
 
     if not os.path.isfile(args.corpus):
         raise UsageError(f"--corpus {args.corpus!r} is not a file; pass a JSONL file of {{\"title\", \"text\"}} lines.")
@@ -235,7 +235,7 @@ def _load_hover(args: argparse.Namespace):
 
 
 def _load_gsm8k(args: argparse.Namespace):
-    from programs.gsm8k import GSM8KSolver, load_gsm8k, metric
+    from dspy_pxn.programs.gsm8k import GSM8KSolver, load_gsm8k, metric
 
     sizes = {"n_train": args.train_size or 200, "n_val": args.val_size or 50, "n_test": args.test_size or 200}
     return GSM8KSolver(), metric, load_gsm8k(args.data_dir, online=args.online, seed=args.seed, **sizes)

@@ -4,7 +4,7 @@
     python examples/optimize_hover.py --corpus wiki.abstracts.2017.jsonl --p 2 --n 2 --budget 300
 
 Without --corpus, a stand-in corpus is built from the HoVer claims themselves
-(programs.demo_corpus): fine for trying the pipeline, not for numbers. --api-base points
+(dspy_pxn.programs.demo_corpus): fine for trying the pipeline, not for numbers. --api-base points
 both LMs at an OpenAI-compatible server; the tests run this script that way, with tiny sizes.
 """
 
@@ -17,9 +17,9 @@ import dspy
 
 from dspy_pxn import BatchedGEPA
 from dspy_pxn.lms import build_lm
-from programs.demo_corpus import write_claims_corpus
-from programs.hover import HoverAgent, load_hover, metric
-from programs.retrieval import open_index
+from dspy_pxn.programs.demo_corpus import write_claims_corpus
+from dspy_pxn.programs.hover import HoverAgent, load_hover, metric
+from dspy_pxn.programs.retrieval import open_index
 
 
 def main(argv: list[str] | None = None) -> None:

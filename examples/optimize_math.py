@@ -16,7 +16,7 @@ import dspy
 
 from dspy_pxn import BatchedGEPA
 from dspy_pxn.lms import build_lm
-from programs.math_solver import MathSolver, load_livebench_math, metric
+from dspy_pxn.programs.math_solver import MathSolver, load_livebench_math, metric
 
 
 def main(argv: list[str] | None = None) -> None:

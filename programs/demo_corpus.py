@@ -29,7 +29,7 @@ def claims_corpus(examples: Iterable[dspy.Example]) -> list[dict[str, str]]:
 
 
 def write_claims_corpus(examples: Iterable[dspy.Example], path: str | os.PathLike[str]) -> Path:
-    """Write :func:`claims_corpus` as JSONL (the format ``programs.retrieval`` indexes); returns the path."""
+    """Write :func:`claims_corpus` as JSONL (the format ``dspy_pxn.programs.retrieval`` indexes); returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as f:

@@ -11,7 +11,7 @@ folder; GSM8K is MIT-licensed) and never copied into this repository, or, only w
 (``online=True``), from the Hugging Face hub's ``openai/gsm8k`` (config ``main``), whose rows
 are the same ``{"question", "answer"}`` records; the same seed picks the same rows from either.
 
-    from programs.gsm8k import GSM8KSolver, metric, load_gsm8k
+    from dspy_pxn.programs.gsm8k import GSM8KSolver, metric, load_gsm8k
     train, val, test = load_gsm8k(n_train=24, n_val=8, n_test=20)   # $DSPY_PXN_DATA_DIR
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 
 import dspy
 
-from programs.data import Split, _load_hub, _not_found, _read_jsonl, resolve_data_dir
+from dspy_pxn.programs.data import Split, _load_hub, _not_found, _read_jsonl, resolve_data_dir
 
 __all__ = ["SEED_INSTRUCTION", "GSM8KSolver", "SolveWordProblem", "load_gsm8k", "metric", "parse_number", "score"]
 

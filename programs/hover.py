@@ -11,8 +11,8 @@ any hop. GEPA reflects on one predictor at a time, so the feedback tells each pr
 where *it* lost the trail: the query writer which hop's query stopped finding new
 supporting articles, the note taker which hop's notes dropped an article it was shown.
 
-    from programs.hover import HoverAgent, metric, load_hover
-    from programs.retrieval import open_index
+    from dspy_pxn.programs.hover import HoverAgent, metric, load_hover
+    from dspy_pxn.programs.retrieval import open_index
     agent = HoverAgent(open_index(index_dir="wiki17.bm25", corpus="wiki.abstracts.2017.jsonl"))
     train, val, test = load_hover()   # offline: the dev release (not comparable to the paper's numbers)
 """
@@ -27,8 +27,8 @@ from typing import Any
 
 import dspy
 
-from programs.data import load_hover
-from programs.retrieval import Retriever, open_index
+from dspy_pxn.programs.data import load_hover
+from dspy_pxn.programs.retrieval import Retriever, open_index
 
 __all__ = [
     "WriteQuery",
@@ -160,7 +160,7 @@ def _gold_titles(gold: Any) -> list[str]:
     titles = gold.get("titles") if hasattr(gold, "get") else getattr(gold, "titles", None)
     if not titles:
         raise ValueError(
-            "HoVer gold example has no `titles`; build examples with programs.data.hover_example(row) or load_hover()."
+            "HoVer gold example has no `titles`; build examples with dspy_pxn.programs.data.hover_example(row) or load_hover()."
         )
     return list(titles)
 

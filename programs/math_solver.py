@@ -6,7 +6,7 @@ three digits, a list of identifiers, a boxed LaTeX expression), so the metric's 
 always states the rule the question set next to the expected answer: following the format
 is half of what the instruction has to teach.
 
-    from programs.math_solver import MathSolver, metric, load_livebench_math
+    from dspy_pxn.programs.math_solver import MathSolver, metric, load_livebench_math
     train, val, test = load_livebench_math()            # $DSPY_PXN_DATA_DIR, or online=True
     best = BatchedGEPA(metric=metric, ...).compile(MathSolver(), trainset=train, valset=val)
 """
@@ -17,8 +17,8 @@ from typing import Any
 
 import dspy
 
-from programs.data import load_livebench_math
-from programs.math_scoring import Grade, scorer_for
+from dspy_pxn.programs.data import load_livebench_math
+from dspy_pxn.programs.math_scoring import Grade, scorer_for
 
 __all__ = ["SolveMath", "MathSolver", "SEED_INSTRUCTION", "grade", "metric", "score", "load_livebench_math"]
 
@@ -62,7 +62,7 @@ def grade(gold: dspy.Example, pred: Any) -> Grade:
     if not subtask:
         raise ValueError(
             "LiveBench-Math gold example has no `subtask` field; build examples with "
-            "programs.data.livebench_math_example(row) or load_livebench_math()."
+            "dspy_pxn.programs.data.livebench_math_example(row) or load_livebench_math()."
         )
     return scorer_for(str(subtask)).grade(str(_field(gold, "answer", "")), str(_field(pred, "answer", "") or ""))
 

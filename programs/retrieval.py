@@ -13,9 +13,9 @@ test oracle. Ties are broken by document order, so results are reproducible.
 
 CLI::
 
-    python -m programs.retrieval build --corpus wiki.abstracts.2017.jsonl --index wiki17.bm25
-    python -m programs.retrieval search --index wiki17.bm25 --k 7 "Skagen painters naturalism"
-    python -m programs.retrieval download --dest data/   # the 2017 Wikipedia abstracts (~500 MB, network)
+    python -m dspy_pxn.programs.retrieval build --corpus wiki.abstracts.2017.jsonl --index wiki17.bm25
+    python -m dspy_pxn.programs.retrieval search --index wiki17.bm25 --k 7 "Skagen painters naturalism"
+    python -m dspy_pxn.programs.retrieval download --dest data/   # the 2017 Wikipedia abstracts (~500 MB, network)
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ def _corpus_error(path: Path) -> CorpusNotFoundError:
     return CorpusNotFoundError(
         f"corpus not found: no file at {path} (the --corpus PATH / corpus= argument). Fix: pass a JSONL file with "
         f'one {{"title": ..., "text": ...}} object per line, e.g. the 2017 Wikipedia abstracts ({WIKI_ABSTRACTS_FILE}); '
-        "`python -m programs.retrieval download --dest DIR` fetches it (~500 MB)."
+        "`python -m dspy_pxn.programs.retrieval download --dest DIR` fetches it (~500 MB)."
     )
 
 
@@ -328,13 +328,13 @@ class BM25Index:
         if not meta_path.is_file():
             raise IndexNotFoundError(
                 f"no BM25 index at {index_dir} ({INDEX_META} missing). Fix: build one with "
-                f"`python -m programs.retrieval build --corpus PATH --index {index_dir}` "
-                "or programs.retrieval.build_index(corpus_path, index_dir)."
+                f"`python -m dspy_pxn.programs.retrieval build --corpus PATH --index {index_dir}` "
+                "or dspy_pxn.programs.retrieval.build_index(corpus_path, index_dir)."
             )
         meta = IndexMeta(**json.loads(meta_path.read_text()))
         if meta.format_version != FORMAT_VERSION:
             raise IndexNotFoundError(f"index at {index_dir} has format {meta.format_version}, expected "
-                                     f"{FORMAT_VERSION}: rebuild it with `python -m programs.retrieval build`.")
+                                     f"{FORMAT_VERSION}: rebuild it with `python -m dspy_pxn.programs.retrieval build`.")
         model = bm25s.BM25.load(index_dir, mmap=mmap, load_corpus=False, show_progress=False)
         return cls(model, DocStore(index_dir), meta, index_dir)
 
@@ -413,7 +413,7 @@ def open_index(
     if index_dir is None and corpus is None:
         raise IndexNotFoundError(
             "no corpus and no index given. Fix: pass corpus=PATH (--corpus PATH) to a JSONL file of "
-            '{"title", "text"} lines, e.g. the 2017 Wikipedia abstracts (`python -m programs.retrieval download '
+            '{"title", "text"} lines, e.g. the 2017 Wikipedia abstracts (`python -m dspy_pxn.programs.retrieval download '
             "--dest DIR`), and/or index_dir=DIR (--index DIR) of an index built from it."
         )
     target = Path(index_dir) if index_dir is not None else Path(f"{corpus}.bm25")
@@ -461,7 +461,7 @@ def download_wiki_abstracts(dest: str | os.PathLike[str], *, url: str = WIKI_ABS
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m programs.retrieval", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m dspy_pxn.programs.retrieval", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p_build = sub.add_parser("build", help="build and persist an index from a JSONL corpus")
     p_build.add_argument("--corpus", required=True, type=Path, help='JSONL of {"title", "text"} lines')

@@ -57,8 +57,8 @@ def test_budget_bar_fills_with_the_metric_calls_spent(used, budget, filled):
 
 
 def test_optimize_hover_runs_on_a_small_claims_corpus(sim_lm_flags, data_dir, tmp_path, capsys):
-    from programs.demo_corpus import write_claims_corpus
-    from programs.hover import load_hover
+    from dspy_pxn.programs.demo_corpus import write_claims_corpus
+    from dspy_pxn.programs.hover import load_hover
 
     corpus = write_claims_corpus(itertools.chain(*load_hover(data_dir)), tmp_path / "claims.jsonl")
     assert cli(["optimize", "hover", "--p", "1", "--n", "1", *sim_lm_flags, "--data-dir", data_dir,
@@ -234,7 +234,7 @@ def test_cache_is_opt_in_and_kept_per_endpoint(sim_lm_flags, data_dir, tmp_path,
 def test_gsm8k_metric_names_the_expected_and_the_parsed_number():
     import dspy
 
-    from programs.gsm8k import metric
+    from dspy_pxn.programs.gsm8k import metric
 
     gold = dspy.Example(question="q", answer="1,200").with_inputs("question")
     assert metric(gold, dspy.Prediction(answer="$1200.")).score == 1.0
@@ -244,7 +244,7 @@ def test_gsm8k_metric_names_the_expected_and_the_parsed_number():
 
 
 def test_gsm8k_splits_are_fixed_by_seed_and_disjoint(data_dir):
-    from programs.gsm8k import load_gsm8k
+    from dspy_pxn.programs.gsm8k import load_gsm8k
 
     a, b = load_gsm8k(data_dir, n_train=10, n_val=5, n_test=5), load_gsm8k(data_dir, n_train=10, n_val=5, n_test=5)
     assert [e.question for e in a.train + a.val + a.test] == [e.question for e in b.train + b.val + b.test]

@@ -12,10 +12,10 @@ import pytest
 
 from dspy_pxn import BatchedGEPA
 from dspy_pxn.latency_server import LatencyServer
-from programs import hover, math_solver
-from programs.data import load_hover, load_livebench_math
-from programs.demo_corpus import write_claims_corpus
-from programs.retrieval import build_index
+from dspy_pxn.programs import hover, math_solver
+from dspy_pxn.programs.data import load_hover, load_livebench_math
+from dspy_pxn.programs.demo_corpus import write_claims_corpus
+from dspy_pxn.programs.retrieval import build_index
 from tests.test_programs_helpers import require_data
 
 

@@ -6,8 +6,8 @@ import types
 
 import pytest
 
-from programs import data
-from programs.data import DataNotFoundError, largest_remainder, load_hover, load_livebench_math
+from dspy_pxn.programs import data
+from dspy_pxn.programs.data import DataNotFoundError, largest_remainder, load_hover, load_livebench_math
 from tests.test_programs_helpers import require_data
 
 
@@ -126,7 +126,7 @@ def test_online_hover_uses_the_hub_train_split(monkeypatch):
 
 
 def test_online_gsm8k_uses_the_hub_main_config_and_picks_the_same_examples(monkeypatch):
-    from programs.gsm8k import load_gsm8k
+    from dspy_pxn.programs.gsm8k import load_gsm8k
 
     root = require_data("gsm8k")
     hub = {split: data._read_jsonl(root / "gsm8k" / f"{split}.jsonl") for split in ("train", "test")}

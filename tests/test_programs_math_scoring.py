@@ -6,8 +6,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import sympy
 
-from programs.data import livebench_math_rows
-from programs.math_scoring import (
+from dspy_pxn.programs.data import livebench_math_rows
+from dspy_pxn.programs.math_scoring import (
     ExpressionOrdering,
     MultipleChoice,
     SymbolicEquivalence,
@@ -145,7 +145,7 @@ def test_amps_integrals_are_graded_up_to_a_constant(rows):
 
 
 def test_amps_factoring_and_completing_the_square_demand_the_form(rows):
-    from programs.math_scoring import _final_expression, _to_sympy
+    from dspy_pxn.programs.math_scoring import _final_expression, _to_sympy
 
     factored, factor = _gold(rows, "amps_hard_factor_polynomials"), scorer_for("amps_hard_factor_polynomials")
     expanded = sympy.latex(sympy.expand(_to_sympy(_final_expression(factored))))

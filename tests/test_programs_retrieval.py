@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
 
-from programs.retrieval import (
+from dspy_pxn.programs.retrieval import (
     BM25Index,
     CorpusNotFoundError,
     IndexNotFoundError,
