@@ -25,8 +25,8 @@ import dspy
 from gepa.strategies.proposal_sampling import PxNSampling
 
 from dspy_pxn import BatchedGEPA
-from dspy_pxn import simulation as sim
-from dspy_pxn.latency_server import LatencyServer
+from dspy_pxn import testing as sim
+from dspy_pxn.testing import LatencyServer
 
 
 @dataclass

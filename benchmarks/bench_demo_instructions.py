@@ -18,11 +18,11 @@ import time
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import dspy
+from dspy_pxn.programs.gsm8k import SEED_INSTRUCTION, GSM8KSolver, load_gsm8k, metric
 
 from dspy_pxn.cli import DEMO_DEFAULTS
-from dspy_pxn.lms import build_lm, stop_local_servers
-from dspy_pxn.pool import ThreadWorkerPool
-from dspy_pxn.programs.gsm8k import SEED_INSTRUCTION, GSM8KSolver, load_gsm8k, metric
+from dspy_pxn.local import build_lm, stop_local_servers
+from dspy_pxn.pools import ThreadWorkerPool
 
 INSTRUCTIONS = {
     "seed": SEED_INSTRUCTION,

@@ -20,7 +20,7 @@ from pathlib import Path
 import dspy
 
 from dspy_pxn import BatchedGEPA
-from dspy_pxn import simulation as sim
+from dspy_pxn import testing as sim
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -26,7 +26,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import dspy
 
-from dspy_pxn.lms import build_lm, stop_local_servers
+from dspy_pxn.local import build_lm, stop_local_servers
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k" / "test.jsonl"
 NUMBER = re.compile(r"-?\d[\d,]*\.?\d*")

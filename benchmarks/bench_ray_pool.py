@@ -21,10 +21,10 @@ import dspy
 import ray
 
 from dspy_pxn import BatchedGEPA
-from dspy_pxn import simulation as sim
-from dspy_pxn.latency_server import LatencyServer
-from dspy_pxn.pool import ThreadWorkerPool
-from dspy_pxn.ray_pool import RayWorkerPool
+from dspy_pxn import testing as sim
+from dspy_pxn.pools import ThreadWorkerPool
+from dspy_pxn.pools.ray import RayWorkerPool
+from dspy_pxn.testing import LatencyServer
 
 RESULTS = Path(__file__).parent / "results"
 

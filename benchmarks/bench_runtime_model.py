@@ -29,11 +29,11 @@ from pathlib import Path
 import dspy
 
 from dspy_pxn import BatchedGEPA
-from dspy_pxn import simulation as sim
-from dspy_pxn.latency_server import LatencyServer
+from dspy_pxn import testing as sim
 from dspy_pxn.runtime_model import RunShape, RuntimeModel, parse_shapes
 from dspy_pxn.steps import StepRecord, read_step_log
-from dspy_pxn.plots import plot_model_vs_measured
+from dspy_pxn.testing import LatencyServer
+from dspy_pxn.tracking.plots import plot_model_vs_measured
 
 RESULTS = Path(__file__).parent / "results"
 

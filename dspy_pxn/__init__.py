@@ -1,8 +1,18 @@
-"""dspy-pxn: DSPy's GEPA with P×N parallel proposals, one worker pool, and an exact budget."""
+"""dspy-pxn: DSPy's GEPA with P×N parallel proposals, one worker pool, and an exact budget.
 
-from dspy_pxn.pool import ThreadWorkerPool, WorkerPool
+The optimizer core is this package's top level (``teleprompter``, ``strategies``,
+``adapter``, ``reflection``, ``events``, ``steps``, ...); tooling lives in subpackages
+the core does not import: ``tracking`` (MLflow), ``local`` (the embedded LM),
+``testing`` (the synthetic task and simulated LM server), ``cli``; ``programs`` holds the
+ready-made task programs. Importing the package registers MLflow as the tracker that
+BatchedGEPA's ``use_mlflow=True`` and friends build (``dspy_pxn.tracker``).
+"""
+
+import dspy_pxn.tracking  # noqa: F401 - registers the MLflow tracker for BatchedGEPA's shorthands
+from dspy_pxn.pools import ThreadWorkerPool, WorkerPool
+from dspy_pxn.result import BatchedGEPAResult
 from dspy_pxn.steps import StepRecord, read_step_log
-from dspy_pxn.teleprompter import BatchedGEPA, BatchedGEPAResult
+from dspy_pxn.teleprompter import BatchedGEPA
 
 __all__ = ["BatchedGEPA", "BatchedGEPAResult", "StepRecord", "ThreadWorkerPool", "WorkerPool", "read_step_log"]
 __version__ = "0.1.0"

@@ -18,109 +18,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from functools import partial
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import dspy
-from dspy.primitives import Example, Prediction
+from dspy.primitives import Example
 from dspy.primitives.code_interpreter import CodeInterpreterError
-from dspy.teleprompt.bootstrap_trace import FailedPrediction
-from dspy.teleprompt.gepa.gepa_flex_utils import _metric_scoring_kwargs
 from dspy.teleprompt.gepa.gepa_utils import DspyAdapter
-from dspy.utils.exceptions import AdapterParseError
 from gepa import EvaluationBatch
 from gepa.core.state import _candidate_hash
+from gepa.strategies.proposal_sampling import ProposalTask
 
-from dspy_pxn import checks, usage
-from dspy_pxn.pool import WorkerPool
+from dspy_pxn.events import StepEvents
+from dspy_pxn.pools import WorkerPool
 from dspy_pxn.resume import CHECKPOINT_KEY, RunCheckpoint
+from dspy_pxn.rollout import RolloutResult, metric_fails_everywhere, rollout_task
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class RolloutResult:
-    """One example's outcome. ``trace`` is None when traces were not requested or the program raised."""
-
-    prediction: Any
-    score: Any
-    trace: list | None
-    error: str | None = None
-
-
-def run_rollout(
-    program: dspy.Module,
-    example: Example,
-    metric: Callable[..., Any],
-    capture_trace: bool,
-    failure_score: float,
-    code_components: bool = False,
-) -> RolloutResult:
-    """Run the program on one example and score it, turning every failure into a score.
-
-    Mirrors what dspy's ``Evaluate``/``bootstrap_trace_data`` make of a failure so
-    that gepa sees the same numbers as under dspy.GEPA: a parse failure becomes a
-    ``FailedPrediction`` in the trace (reflection shows the raw completion), any
-    other exception scores ``failure_score`` and leaves no trajectory.
-
-    A program with ``dspy.Flex`` code components (``code_components``) is scored as
-    dspy.GEPA scores it (``gepa_flex_utils.evaluate_with_trace``): the execution trace is
-    always captured and handed to a metric that declares ``program_trace``, its ``trace``
-    stays None, and a crash becomes a trajectory, so the code proposer reads what broke.
-    """
-    trace_wanted = capture_trace or code_components
-    with dspy.context(trace=[] if trace_wanted else None):
-        try:
-            prediction = usage.call_program(program, example.inputs())
-        except AdapterParseError as error:
-            if not trace_wanted:
-                return RolloutResult(Prediction(), failure_score, None, f"{type(error).__name__}: {error}")
-            trace = list(dspy.settings.trace)
-            predictor = next((p for p in program.predictors() if p.signature == error.signature), None)
-            failed = FailedPrediction(completion_text=error.lm_response, format_reward=failure_score)
-            if predictor is not None:
-                trace.append((predictor, example.inputs().toDict(), failed))
-            return RolloutResult(failed, failure_score, trace if capture_trace else None, f"{type(error).__name__}: {error}")
-        except Exception as error:  # noqa: BLE001 - a rollout failure is a score, not a crash
-            logger.warning("Program raised on an example (%s); scoring it %s: %s: %s",
-                           checks.describe_example(example), failure_score, type(error).__name__, error)
-            described = f"{type(error).__name__}: {error}"
-            if code_components and capture_trace:
-                return RolloutResult(FailedPrediction(completion_text=described), failure_score,
-                                     list(dspy.settings.trace), described)
-            return RolloutResult(None if capture_trace else Prediction(), failure_score, None, described)
-        trace = list(dspy.settings.trace) if trace_wanted else None
-    try:
-        if code_components:
-            score = metric(example, prediction, **_metric_scoring_kwargs(metric, trace))
-        else:
-            score = metric(example, prediction, trace)
-    except Exception as error:  # noqa: BLE001
-        checks.warn_once_per_metric(metric, "raised", "Metric raised on an example (%s); scoring it %s: %s: %s",
-                                    checks.describe_example(example), failure_score, type(error).__name__, error)
-        # No trajectory: reflection would call the metric on it again, for feedback.
-        return RolloutResult(prediction, failure_score, None, f"{METRIC_PROBLEM}{type(error).__name__}: {error}")
-    problem = checks.metric_score_problem(score, metric)
-    if problem is not None:
-        checks.warn_once_per_metric(metric, "score", "Metric %s on an example (%s); scoring it %s.",
-                                    problem, checks.describe_example(example), failure_score)
-        return RolloutResult(prediction, failure_score, None, f"{METRIC_PROBLEM}{problem}")
-    return RolloutResult(prediction, score, trace if capture_trace else None)
-
-
-# RolloutResult.error starts with this when the metric, not the program, failed.
-METRIC_PROBLEM = "metric "
-
-
-def rollout_task(
-    task: tuple[dspy.Module, Example, bool], metric: Callable[..., Any], failure_score: float,
-    code_components: bool = False,
-) -> RolloutResult:
-    """One pool task: a (program, example, capture-trace) triple, run and scored."""
-    program, example, capture = task
-    return run_rollout(program, example, metric, capture, failure_score, code_components)
 
 
 class BatchedAdapter(DspyAdapter):
@@ -129,10 +44,10 @@ class BatchedAdapter(DspyAdapter):
     # gepa asks the adapter to propose only if this is not None; PooledReflection does it concurrently.
     propose_new_texts = None  # type: ignore[assignment]
 
-    def __init__(self, *args: Any, pool: WorkerPool, on_evaluated: Callable[[float, int, int], None] | None = None, **kwargs: Any):
+    def __init__(self, *args: Any, pool: WorkerPool, events: StepEvents | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.pool = pool
-        self._on_evaluated = on_evaluated
+        self.events = events or StepEvents()
         self._traced_batches: set[tuple[str, tuple[int, ...]]] = set()
         self._replays: dict[tuple[str, tuple[int, ...]], EvaluationBatch] = {}
         self._lock = threading.Lock()
@@ -162,6 +77,10 @@ class BatchedAdapter(DspyAdapter):
     def _take_replay(self, candidate: dict[str, str], batch: Sequence[Example]) -> EvaluationBatch | None:
         with self._lock:
             return self._replays.pop(self._batch_key(candidate, batch), None)
+
+    def tasks_sampled(self, tasks: Sequence[ProposalTask]) -> None:
+        """A step event: the sampled parents' minibatch evaluations are the ones reflection reads."""
+        self.expect_parent_evaluations(unique_minibatches(tasks))
 
     def expect_parent_evaluations(self, batches: Sequence[tuple[dict[str, str], Sequence[Example]]]) -> None:
         """Mark (parent candidate, minibatch) pairs whose next evaluation must capture traces.
@@ -226,8 +145,7 @@ class BatchedAdapter(DspyAdapter):
                 evaluations.append(self._make_evaluation_batch([None] * len(batch), [None] * len(batch), [] if capture else None))
                 continue
             evaluations.append(self._to_evaluation_batch(batch, [next(remaining) for _ in batch], capture))
-        if self._on_evaluated is not None:
-            self._on_evaluated(time.perf_counter() - start, len(tasks), failures)
+        self.events.evaluated(time.perf_counter() - start, len(tasks), failures)
         return evaluations
 
     def _build_or_none(self, candidate: dict[str, str]) -> dspy.Module | None:
@@ -253,18 +171,9 @@ class BatchedAdapter(DspyAdapter):
         )
 
 
-def metric_fails_everywhere(results: Sequence[RolloutResult], metric: Callable[..., Any]) -> None:
-    """Refuse a metric that gave no usable score on any rollout of the seed's validation.
-
-    Such a run would score every candidate ``failure_score`` and optimize nothing while
-    looking busy; the per-rollout warnings would scroll past. The first evaluation of a
-    run is the seed on the whole valset, so this runs once, right after it.
-    """
-    if not results or not all((r.error or "").startswith(METRIC_PROBLEM) for r in results):
-        return
-    name = getattr(metric, "__name__", type(metric).__name__)
-    raise ValueError(
-        f"The metric {name} gave no usable score on any of the seed program's {len(results)} validation "
-        f"examples: {results[0].error.removeprefix(METRIC_PROBLEM)}. Fix the metric so it returns a number "
-        "(or dspy.Prediction(score=<number>, feedback=<text>)) and does not raise, then run again."
-    )
+def unique_minibatches(tasks: Sequence[ProposalTask]) -> list[tuple[dict[str, str], list]]:
+    """The (parent, minibatch) pairs gepa will evaluate with traces, deduplicated as gepa does."""
+    seen: dict[tuple[int, tuple], tuple[dict[str, str], list]] = {}
+    for task in tasks:
+        seen.setdefault((task.parent_idx, tuple(task.minibatch_ids)), (task.parent_candidate, task.minibatch))
+    return list(seen.values())

@@ -47,9 +47,13 @@ class ArgumentError(ValueError, AssertionError):
     """
 
 
-def positive_int(name: str, value: Any, hint: str = "") -> int:
+def positive_int(name: str, value: Any, hint: str = "", *, or_none: bool = False) -> Any:
+    """``value`` when it is an int >= 1 (or None, with ``or_none``); else a ValueError naming it."""
+    if or_none and value is None:
+        return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}.{(' ' + hint) if hint else ''}")
+        kinds = "an int >= 1 or None" if or_none else "an int >= 1"
+        raise ValueError(f"{name} must be {kinds}, got {name}={value!r}.{(' ' + hint) if hint else ''}")
     return value
 
 

@@ -15,9 +15,9 @@ from typing import Any
 import dspy
 from dspy.primitives import Example
 
-from dspy_pxn.adapter import run_rollout
 from dspy_pxn.components import code_components
-from dspy_pxn.pool import WorkerPool
+from dspy_pxn.pools import WorkerPool
+from dspy_pxn.rollout import run_rollout
 
 
 def score_value(score: Any) -> float:

@@ -47,9 +47,11 @@ from typing import Any
 import dspy
 from dspy.utils.callback import BaseCallback
 
+from dspy_pxn.checks import positive_int
+
 logger = logging.getLogger(__name__)
 
-__all__ = ["LMCallCounts", "LMCallLimiter", "StepLMCounts", "current_counter", "installed", "limiter_for", "warn_if_no_timeout"]
+__all__ = ["LMCallCounts", "LMCallLimiter", "installed", "limiter_for", "warn_if_no_timeout"]
 
 # The limiters' calls in progress in this thread/context: ((limiter, call_id), ...).
 _CURRENT: contextvars.ContextVar[tuple[tuple[LMCallLimiter, str], ...]] = contextvars.ContextVar(
@@ -86,13 +88,8 @@ class LMCallLimiter(BaseCallback):
     """
 
     def __init__(self, max_concurrent: int | None = None):
-        if max_concurrent is not None and (
-            isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int) or max_concurrent < 1
-        ):
-            raise ValueError(
-                f"max_concurrent_lm_calls must be an int >= 1 or None, got {max_concurrent!r}: "
-                "set it to the concurrent requests your provider allows, e.g. 16."
-            )
+        positive_int("max_concurrent_lm_calls", max_concurrent,
+                     "Set it to the concurrent requests your provider allows, e.g. 16.", or_none=True)
         self.max_concurrent = max_concurrent
         self._slots = threading.BoundedSemaphore(max_concurrent) if max_concurrent else None
         self._lock = threading.Lock()
@@ -158,12 +155,6 @@ def installed(*limiters: LMCallLimiter | None):
     return dspy.context(callbacks=[*callbacks, *added])
 
 
-def current_counter() -> LMCallLimiter:
-    """The innermost limiter installed in this context (BatchedGEPA's per-run counter), or a detached one."""
-    limiters = [c for c in dspy.settings.get("callbacks", None) or [] if isinstance(c, LMCallLimiter)]
-    return limiters[-1] if limiters else LMCallLimiter()
-
-
 def limiter_for(max_concurrent_lm_calls: int | LMCallLimiter | None) -> LMCallLimiter | None:
     """The cap BatchedGEPA installs: the limiter given (it may be shared), a new one for an int, None for None."""
     if max_concurrent_lm_calls is None or isinstance(max_concurrent_lm_calls, LMCallLimiter):
@@ -214,18 +205,3 @@ def warn_if_no_timeout(role: str, lm: Any) -> None:
         "Pass dspy.LM(..., timeout=60) (300-600 s for a slow reflection model).",
         role, lm.model,
     )
-
-
-class StepLMCounts:
-    """gepa callback: the limiter's retries and failures within each iteration, for its StepRecord."""
-
-    def __init__(self, limiter: LMCallLimiter):
-        self.limiter = limiter
-        self._start = limiter.counts()
-
-    def on_iteration_start(self, event: dict) -> None:
-        self._start = self.limiter.counts()
-
-    def step_fields(self) -> dict[str, int]:
-        step = self.limiter.counts().since(self._start)
-        return {"lm_retries": step.retries, "lm_failures": step.failures}

@@ -13,14 +13,15 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import dspy
 from dspy.teleprompt.gepa.gepa_utils import DspyAdapter
 from gepa.proposer.reflective_mutation.reflection_lm import ReflectionJob, ReflectionProposal
 
-from dspy_pxn.pool import WorkerPool
+from dspy_pxn.events import StepEvents
+from dspy_pxn.pools import WorkerPool
 
 logger = logging.getLogger(__name__)
 
@@ -54,12 +55,12 @@ class PooledReflection:
         adapter: DspyAdapter,
         reflection_lm: dspy.BaseLM | None,
         pool: WorkerPool,
-        on_reflected: Callable[[float, int, int], None] | None = None,
+        events: StepEvents | None = None,
     ):
         self.adapter = adapter
         self.reflection_lm = reflection_lm
         self.pool = pool
-        self._on_reflected = on_reflected
+        self.events = events or StepEvents()
         self._lock = threading.Lock()
         self.failures = 0
         self._warned_zero_temperature = False
@@ -79,8 +80,7 @@ class PooledReflection:
         # Reflection reads the optimizer's state, so it runs on the driver even when rollouts are remote.
         proposals = self.pool.map_local(self._propose_one, list(zip(jobs, rollout_ids, strict=True)))
         failed = sum(1 for p in proposals if not p.new_texts)
-        if self._on_reflected is not None:
-            self._on_reflected(time.perf_counter() - start, len(jobs), failed)
+        self.events.reflected(time.perf_counter() - start, len(jobs), failed)
         return [(proposal, self) for proposal in proposals]
 
     def _propose_one(self, job_and_rollout: tuple[ReflectionJob, int | None]) -> ReflectionProposal:

@@ -15,18 +15,12 @@ as gepa's: the two can never disagree about which step was the last completed on
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import random
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-from dspy.primitives import Example
 from gepa.core.state import GEPAState
 
 from dspy_pxn.strategies import SequentialMinibatchSampler
@@ -37,76 +31,10 @@ GEPA_STATE_FILE = "gepa_state.bin"
 CHECKPOINT_KEY = "dspy_pxn"
 
 
-def _digest(items: Sequence[Any]) -> str:
-    """Order-sensitive fingerprint of examples or texts (reordering a set changes the run too)."""
-    hasher = hashlib.sha256()
-    for item in items:
-        text = json.dumps(dict(item.toDict()), sort_keys=True, default=str) if isinstance(item, Example) else str(item)
-        hasher.update(text.encode())
-        hasher.update(b"\0")
-    return hasher.hexdigest()[:16]
-
-
-def lm_identity(lm: Any) -> str:
-    """Which model answers, and where: ``model @ endpoint``. Never a key, nor credentials in a URL.
-
-    The endpoint is the LM's ``api_base``/``base_url``, else litellm's ``<PROVIDER>_API_BASE``
-    environment variable, which is where litellm sends the call when none is given.
-    """
-    if lm is None:
-        return "none"
-    model = str(getattr(lm, "model", None) or type(lm).__name__)
-    kwargs = getattr(lm, "kwargs", None) or {}
-    provider = model.split("/", 1)[0].upper() if "/" in model else "OPENAI"
-    endpoint = kwargs.get("api_base") or kwargs.get("base_url") or os.environ.get(f"{provider}_API_BASE")
-    if not endpoint:
-        return model
-    parts = urlsplit(str(endpoint))
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return f"{model} @ {urlunsplit((parts.scheme, host, parts.path, '', ''))}"
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """What a resumed run must share with the run it continues. The budget may differ: it
-    only moves the stopping point, so raising it extends a finished run deliberately.
-    The LMs are part of it: a run continued with another model, or the same model at
-    another endpoint, would mix two runs' answers into one result."""
-
-    p: int
-    n: int
-    minibatch_size: int
-    seed: int
-    selection: str
-    use_merge: bool
-    trainset: str
-    valset: str
-    seed_candidate: str
-    task_lm: str
-    reflection_lm: str
-
-    @classmethod
-    def of(
-        cls, *, p, n, minibatch_size, seed, selection, use_merge, trainset, valset, seed_candidate, task_lms,
-        reflection_lm,
-    ) -> RunSettings:
-        return cls(
-            p=p, n=n, minibatch_size=minibatch_size, seed=seed, selection=selection, use_merge=use_merge,
-            trainset=_digest(trainset), valset=_digest(valset),
-            seed_candidate=_digest([f"{k}={v}" for k, v in sorted(seed_candidate.items())]),
-            task_lm=", ".join(sorted({lm_identity(lm) for lm in task_lms})),
-            reflection_lm=lm_identity(reflection_lm),
-        )
-
-    def differences(self, saved: dict[str, Any]) -> list[str]:
-        """Each setting that differs; one a run saved before it was recorded is not compared."""
-        return [
-            f"{f.name}: saved {saved.get(f.name)!r}, now {getattr(self, f.name)!r}"
-            for f in fields(self)
-            if f.name in saved and saved[f.name] != getattr(self, f.name)
-        ]
+def differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """Each setting that differs; one that a run saved before it was recorded is not compared."""
+    return [f"{key}: saved {saved[key]!r}, now {value!r}" for key, value in now.items()
+            if key in saved and saved[key] != value]
 
 
 def load_saved_state(log_dir: str | None) -> GEPAState | None:
@@ -122,7 +50,7 @@ def load_saved_state(log_dir: str | None) -> GEPAState | None:
         ) from error
 
 
-def check_resumable(saved: GEPAState, settings: RunSettings, log_dir: str) -> None:
+def check_resumable(saved: GEPAState, settings: dict[str, Any], log_dir: str) -> None:
     """Refuse to continue a run under different settings, naming each difference."""
     checkpoint = saved.adapter_state.get(CHECKPOINT_KEY)
     if checkpoint is None:
@@ -130,7 +58,7 @@ def check_resumable(saved: GEPAState, settings: RunSettings, log_dir: str) -> No
             f"log_dir={log_dir!r} holds a gepa state that BatchedGEPA did not write (e.g. from dspy.GEPA); "
             "resume it with the optimizer that started it, or use a new log_dir."
         )
-    different = settings.differences(checkpoint["settings"])
+    different = differences(checkpoint["settings"], settings)
     if different:
         raise ValueError(
             f"log_dir={log_dir!r} holds a run with different settings, so it cannot be resumed: "
@@ -150,7 +78,7 @@ def seed_evaluation(adapter: Any, saved: GEPAState, val_size: int) -> Any:
 class RunCheckpoint:
     """The strategies' state, saved and restored through gepa's adapter-state hook."""
 
-    def __init__(self, settings: RunSettings, sampler: SequentialMinibatchSampler, rng: random.Random):
+    def __init__(self, settings: dict[str, Any], sampler: SequentialMinibatchSampler, rng: random.Random):
         self.settings = settings
         self.sampler = sampler
         self.rng = rng
@@ -158,7 +86,7 @@ class RunCheckpoint:
 
     def snapshot(self) -> dict[str, Any]:
         return {
-            "settings": asdict(self.settings),
+            "settings": dict(self.settings),
             "sampler_calls": self.sampler.calls,
             "sampler_epoch": self.sampler.epoch,
             "sampler_shuffled_ids": list(self.sampler.shuffled_ids),

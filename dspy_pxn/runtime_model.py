@@ -22,18 +22,20 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from dspy_pxn import selection as selections
+from dspy_pxn.budget import BudgetGuard, RunShape
+from dspy_pxn.checks import positive_int
+from dspy_pxn.selection import Selection
 from dspy_pxn.steps import StepRecord
 
 __all__ = [
-    "RunShape",
+    "RunShape",  # re-exported: the planner's users build one
     "RuntimeModel",
     "Prediction",
     "DEFAULT_SHAPES",
     "floor_seconds",
     "parse_shapes",
 ]
-
-Selection = str | int
 
 # The paper's sweep plus the 16-wide shapes; the planner ranks these unless told otherwise.
 DEFAULT_SHAPES: tuple[tuple[int, int], ...] = (
@@ -46,11 +48,6 @@ DEFAULT_SHAPES: tuple[tuple[int, int], ...] = (
 FLOOR_BOUND_FACTOR = 1.25
 
 
-def _check_positive_int(name: str, value: object, fix: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}={value!r} must be an int >= 1; {fix}")
-
-
 def _check_seconds(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise ValueError(f"{name}={value!r} must be a finite number of seconds >= 0.")
@@ -59,27 +56,6 @@ def _check_seconds(name: str, value: object) -> None:
 def floor_seconds(budget: int, task_s: float, workers: int) -> float:
     """The paper's Amdahl-style floor B·T_e/W: every metric call on a saturated pool."""
     return budget * task_s / workers
-
-
-@dataclass(frozen=True)
-class RunShape:
-    """What the user fixes before a run: worker pool W, budget B, |val|, minibatch m."""
-
-    workers: int
-    budget: int
-    val_size: int
-    minibatch_size: int = 3
-
-    def __post_init__(self) -> None:
-        _check_positive_int("workers", self.workers, "W is the number of concurrent rollouts (num_threads).")
-        _check_positive_int("budget", self.budget, "pass the run's max_metric_calls.")
-        _check_positive_int("val_size", self.val_size, "pass the number of validation examples.")
-        _check_positive_int("minibatch_size", self.minibatch_size, "pass reflection_minibatch_size (default 3).")
-        if self.budget < self.val_size:
-            raise ValueError(
-                f"budget={self.budget} cannot pay for one validation of val_size={self.val_size}; "
-                "raise the budget or shrink the valset."
-            )
 
 
 @dataclass(frozen=True)
@@ -112,22 +88,6 @@ def _binomial_pmf(k: int, a: float) -> list[float]:
     return [math.comb(k, j) * a**j * (1 - a) ** (k - j) for j in range(k + 1)]
 
 
-def _kept(selection: Selection, improvers: int) -> int:
-    if selection == "all":
-        return improvers
-    if selection == "best":
-        return min(improvers, 1)
-    return min(improvers, int(selection))
-
-
-def _selection_name(selection: object) -> str:
-    if selection in ("all", "best"):
-        return str(selection)
-    if isinstance(selection, int) and not isinstance(selection, bool) and selection >= 1:
-        return f"top{selection}"
-    raise ValueError(f"selection={selection!r} must be 'all', 'best' or a positive int k (top-k).")
-
-
 @dataclass(frozen=True)
 class RuntimeModel:
     """Latencies and acceptance rate of one task/LM setup; predicts any P×N on any pool."""
@@ -155,11 +115,12 @@ class RuntimeModel:
 
     def predict(self, p: int, n: int, shape: RunShape, selection: Selection = "all") -> Prediction:
         """Expected wall-clock, iterations and validation-trigger fraction of a P×N run."""
-        _check_positive_int("p", p, "P is the number of parents per step.")
-        _check_positive_int("n", n, "N is the number of mutations per parent.")
-        name = _selection_name(selection)
+        positive_int("p", p, "P is the number of parents per step.")
+        positive_int("n", n, "N is the number of mutations per parent.")
+        name = selections.label(selections.spec(selection))
         W, V, m = shape.workers, shape.val_size, shape.minibatch_size
         T_e, T_r = self.task_s, self.reflection_s
+        guard = BudgetGuard.of(shape)  # the optimizer's own arithmetic, on expected remaining calls
 
         # Seed validation: V calls before the first step.
         remaining = float(shape.budget - V)
@@ -167,16 +128,16 @@ class RuntimeModel:
         validation_latency = T_e
         pool_wait = (math.ceil(V / W) - 1) * T_e
         iterations, triggers = 0, 0.0
-        while remaining >= 2 * m + V:  # ExactBudgetStopper: room for one screened-and-validated child
-            width = min(p * n, int((remaining - V) // (2 * m)))
+        while guard.can_step(remaining):  # ExactBudgetStopper
+            width = min(p * n, guard.widest_step(remaining))
             if width < 1:
                 break
             screen_waves = math.ceil(width * m / W)
             reflect_waves = math.ceil(width / W)
-            room = int((remaining - 2 * width * m) // V)  # BudgetCappedSelection's cap
+            room = guard.validations_affordable(remaining - 2 * width * m)  # BudgetCappedSelection's cap
             calls, waves, trigger = 2 * width * m, 0.0, 0.0
             for improvers, probability in enumerate(_binomial_pmf(width, self.acceptance)):
-                validated = min(_kept(selection, improvers), room)
+                validated = min(selections.kept(selection, improvers), room)
                 calls += probability * validated * V
                 waves += probability * math.ceil(validated * V / W)
                 trigger += probability * (validated > 0)

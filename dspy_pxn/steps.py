@@ -1,4 +1,4 @@
-"""StepRecord: the single per-step truth, and the gepa callback that writes it.
+"""StepRecord: the single per-step truth; the recorder that makes it and the log that keeps it.
 
 Everything that reports on a run (the JSONL step log, MLflow, progress, the runtime
 model) reads these records, so they carry the quantities the paper's runtime model
@@ -12,14 +12,16 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from gepa.core.state import GEPAState
-from gepa.gepa_utils import remove_dominated_programs
 from gepa.strategies.proposal_sampling import ProposalTask
 
-from dspy_pxn.pool import WorkerPool
+from dspy_pxn.budget import RunShape
+from dspy_pxn.limits import LMCallLimiter
+from dspy_pxn.pools import WorkerPool
+from dspy_pxn.strategies import pareto_front_programs
 from dspy_pxn.usage import UsageMeter
 
 logger = logging.getLogger(__name__)
@@ -74,6 +76,30 @@ class StepRecord:
         return json.dumps(asdict(self), sort_keys=True)
 
 
+class StepLog:
+    """The run's ``log_dir/steps.jsonl``: one record per line, appended as each step ends.
+
+    Written first and by itself, so a run that dies keeps every finished step, and a resumed
+    run can drop the step that was in flight (``keep_first``).
+    """
+
+    def __init__(self, log_dir: str):
+        self.path = os.path.join(log_dir, STEP_LOG_NAME)
+
+    def __call__(self, record: StepRecord) -> None:
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        with open(self.path, "a") as handle:
+            handle.write(record.to_json() + "\n")
+
+    def keep_first(self, completed_steps: int) -> list[StepRecord]:
+        """Keep the records of the steps gepa's saved state includes; return them."""
+        kept = [record for record in read_step_log(os.path.dirname(self.path)) if record.step <= completed_steps]
+        with open(self.path + ".tmp", "w") as handle:
+            handle.writelines(record.to_json() + "\n" for record in kept)
+        os.replace(self.path + ".tmp", self.path)
+        return kept
+
+
 def read_step_log(log_dir: str) -> list[StepRecord]:
     """Load the records a run wrote to ``log_dir`` (one JSON object per line)."""
     path = os.path.join(log_dir, STEP_LOG_NAME)
@@ -83,60 +109,51 @@ def read_step_log(log_dir: str) -> list[StepRecord]:
         return [StepRecord(**json.loads(line)) for line in handle if line.strip()]
 
 
-def pareto_front_size(state: GEPAState) -> int:
-    front = remove_dominated_programs(state.get_pareto_front_mapping(), scores=state.per_program_tracked_scores)
-    return len({program for programs in front.values() for program in programs})
-
-
 class StepRecorder:
-    """gepa callback that times each iteration's phases and emits one StepRecord.
+    """Listens to a run's step events and gepa's iteration callbacks; emits one StepRecord per step.
 
-    The phase an evaluation belongs to is set by the strategies that bracket it:
-    sampling starts screening, selection starts validation. Reflection reports its
-    own time. This needs no guess about which ``batch_evaluate`` call is which.
+    The phase an evaluation belongs to is set by the events that bracket it: sampling
+    starts screening, selection starts validation; reflection reports its own time. This
+    needs no guess about which ``batch_evaluate`` call is which. Each record goes to the
+    sinks in order (the step log, progress lines, a tracker); a failing sink is a warning.
     """
 
     def __init__(
         self,
         p: int,
         n: int,
-        budget: int,
+        shape: RunShape,
         pool: WorkerPool,
-        log_dir: str | None = None,
-        sinks: list[Any] | None = None,
-        minibatch_size: int = 0,
-        val_size: int = 0,
-        usage: UsageMeter | None = None,
-        lm_counts: Any = None,  # dspy_pxn.limits.StepLMCounts: LM retries and failures per step
+        usage: UsageMeter,
+        lm_counter: LMCallLimiter,
+        sinks: Sequence[Callable[[StepRecord], None]] = (),
     ):
-        self.lm_counts = lm_counts
-        self.p, self.n, self.budget = p, n, budget
-        self.minibatch_size, self.val_size = minibatch_size, val_size
-        self.usage = usage
+        self.p, self.n, self.shape = p, n, shape
         self.pool = pool
-        self.log_dir = log_dir
-        self.sinks = list(sinks or [])
+        self.usage = usage
+        self.lm_counter = lm_counter
+        self.sinks = list(sinks)
         self.steps: list[StepRecord] = []
         self._lock = threading.Lock()
         self._reset(None)
 
-    # -- phase reports from the adapter, reflection and strategies ----------------
-    def on_tasks_sampled(self, tasks: list[ProposalTask]) -> None:
+    # -- step events --------------------------------------------------------------
+    def tasks_sampled(self, tasks: list[ProposalTask]) -> None:
         self._phase = "screening"
         self._width = len(tasks)
         self._parents = len({t.parent_idx for t in tasks})
 
-    def on_selection(self, improved: int = 0) -> None:
+    def children_screened(self, improved: int) -> None:
         self._phase = "validation"
         self._improved = improved
 
-    def on_evaluated(self, seconds: float, rollouts: int, failures: int) -> None:
+    def evaluated(self, seconds: float, rollouts: int, failures: int) -> None:
         with self._lock:
             self._phase_s[self._phase] = self._phase_s.get(self._phase, 0.0) + seconds
             self._rollouts += rollouts
             self._rollout_failures += failures
 
-    def on_reflected(self, seconds: float, jobs: int, failed: int) -> None:
+    def reflected(self, seconds: float, jobs: int, failed: int) -> None:
         with self._lock:
             self._phase_s["reflection"] = self._phase_s.get("reflection", 0.0) + seconds
             self._reflection_failures += failed
@@ -159,6 +176,8 @@ class StepRecorder:
         wall = time.perf_counter() - self._t0
         busy = self.pool.busy_seconds() - self._busy0
         scores = state.program_full_scores_val_set
+        usage, total_usage = self.usage.totals().since(self._usage0), self.usage.totals()
+        lm = self.lm_counter.counts().since(self._lm0)
         record = StepRecord(
             step=state.i + 1,  # gepa's iteration number, so a resumed run continues the numbering
             kind=self._kind,
@@ -172,10 +191,10 @@ class StepRecorder:
             new_candidates=list(self._new),
             metric_calls=state.total_num_evals - self._calls0,
             metric_calls_total=state.total_num_evals,
-            budget=self.budget,
+            budget=self.shape.budget,
             best_val=max(scores),
             mean_val=sum(scores) / len(scores),
-            pareto_front_size=pareto_front_size(state),
+            pareto_front_size=len(pareto_front_programs(state)),
             wall_s=wall,
             reflection_s=self._phase_s.get("reflection", 0.0),
             screening_s=self._phase_s.get("screening", 0.0),
@@ -187,25 +206,22 @@ class StepRecorder:
             num_workers=self.pool.num_workers,
             started_at=self._started_at,
             improved=self._improved,
-            minibatch_size=self.minibatch_size,
-            val_size=self.val_size,
-            **self._usage_fields(),
-            **(self.lm_counts.step_fields() if self.lm_counts is not None else {}),
+            minibatch_size=self.shape.minibatch_size,
+            val_size=self.shape.val_size,
+            lm_calls=usage.lm_calls,
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            cost_usd=usage.cost_usd,
+            cost_usd_total=total_usage.cost_usd,
+            lm_retries=lm.retries,
+            lm_failures=lm.failures,
         )
         self.steps.append(record)
-        self._write(record)
-
-    def resume_after(self, completed_steps: int) -> None:
-        """Continue a resumed run's log: keep the records of the steps gepa's saved state
-        includes, drop the step that was in flight when the run died."""
-        if self.log_dir is None:
-            return
-        kept = [record for record in read_step_log(self.log_dir) if record.step <= completed_steps]
-        self.steps = kept
-        path = os.path.join(self.log_dir, STEP_LOG_NAME)
-        with open(path + ".tmp", "w") as handle:
-            handle.writelines(record.to_json() + "\n" for record in kept)
-        os.replace(path + ".tmp", path)
+        for sink in self.sinks:
+            try:
+                sink(record)
+            except Exception as error:  # noqa: BLE001 - an observer must never stop the run
+                logger.warning("Step sink %r failed: %s", sink, error)
 
     # -- internals ------------------------------------------------------------------
     def _reset(self, state: GEPAState | None) -> None:
@@ -221,31 +237,8 @@ class StepRecorder:
         self._new: list[int] = []
         self._rejected = 0
         self._improved = 0
-        self._usage0 = self.usage.totals() if self.usage is not None else None
+        self._usage0 = self.usage.totals()
+        self._lm0 = self.lm_counter.counts()
         self._rollouts = 0
         self._rollout_failures = 0
         self._reflection_failures = 0
-
-    def _usage_fields(self) -> dict[str, Any]:
-        if self.usage is None or self._usage0 is None:
-            return {}
-        total = self.usage.totals()
-        step = total.since(self._usage0)
-        return {
-            "lm_calls": step.lm_calls,
-            "prompt_tokens": step.prompt_tokens,
-            "completion_tokens": step.completion_tokens,
-            "cost_usd": step.cost_usd,
-            "cost_usd_total": total.cost_usd,
-        }
-
-    def _write(self, record: StepRecord) -> None:
-        if self.log_dir is not None:
-            os.makedirs(self.log_dir, exist_ok=True)
-            with open(os.path.join(self.log_dir, STEP_LOG_NAME), "a") as handle:
-                handle.write(record.to_json() + "\n")
-        for sink in self.sinks:
-            try:
-                sink(record)
-            except Exception as error:  # noqa: BLE001 - an observer must never stop the run
-                logger.warning("Step sink %r failed: %s", sink, error)

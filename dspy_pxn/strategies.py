@@ -7,8 +7,8 @@ Each is a small class passed to ``gepa.optimize`` through its own extension poin
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import random
+from collections.abc import Callable
 
 from gepa.core.data_loader import DataLoader
 from gepa.core.state import GEPAState
@@ -17,53 +17,25 @@ from gepa.proposer.base import CandidateProposal
 from gepa.proposer.reflective_mutation.base import CandidateSelector
 from gepa.strategies.acceptance import AcceptanceCriterion
 from gepa.strategies.batch_sampler import BatchSampler, EpochShuffledBatchSampler
-from gepa.strategies.proposal_sampling import ProposalTask
-from gepa.strategies.proposal_selection import (
-    AllImprovements,
-    BestImprovement,
-    SelectionStrategy,
-    TopKImprovements,
+from gepa.strategies.candidate_selector import (
+    CurrentBestCandidateSelector,
+    EpsilonGreedyCandidateSelector,
+    ParetoCandidateSelector,
+    TopKParetoCandidateSelector,
 )
+from gepa.strategies.proposal_sampling import ProposalTask
+from gepa.strategies.proposal_selection import SelectionStrategy
 
-# A merge proposal scores the merged program on at most this many val examples
-# (gepa.proposer.merge: num_subsample_ids=5) before its full validation.
-MERGE_SUBSAMPLE_CALLS = 5
+from dspy_pxn.budget import BudgetGuard
+from dspy_pxn.events import StepEvents
 
-
-@dataclass(frozen=True)
-class BudgetGuard:
-    """Plans each step so the run never spends more than ``max_metric_calls``.
-
-    A reflective step with k proposals costs k·m calls to screen the parents, k·m to
-    screen the children (m = minibatch size), and |val| per child sent to full
-    validation. The guard sizes k before sampling, caps how many children are
-    validated after screening, and stops the run once no useful step fits.
-    """
-
-    max_metric_calls: int
-    valset_size: int
-    minibatch_size: int
-    use_merge: bool = False
-
-    def remaining(self, state: GEPAState) -> int:
-        return self.max_metric_calls - state.total_num_evals
-
-    def smallest_step(self) -> int:
-        """Calls needed for one proposal that is screened and validated (or one merge)."""
-        reflective = 2 * self.minibatch_size + self.valset_size
-        merge = MERGE_SUBSAMPLE_CALLS + self.valset_size if self.use_merge else 0
-        return max(reflective, merge)
-
-    def smallest_budget(self) -> int:
-        """Calls for the seed's validation plus one proposal screened and validated: one useful step."""
-        return self.valset_size + 2 * self.minibatch_size + self.valset_size
-
-    def max_proposals(self, state: GEPAState) -> int:
-        """Widest step that still leaves room to validate one child."""
-        return max(0, (self.remaining(state) - self.valset_size) // (2 * self.minibatch_size))
-
-    def max_validations(self, state: GEPAState) -> int:
-        return max(0, self.remaining(state) // self.valset_size)
+# candidate_selection_strategy by name: how parents are drawn from the pool (gepa's selectors).
+CANDIDATE_SELECTORS: dict[str, Callable[[random.Random], CandidateSelector]] = {
+    "pareto": lambda rng: ParetoCandidateSelector(rng=rng),
+    "current_best": lambda rng: CurrentBestCandidateSelector(),
+    "epsilon_greedy": lambda rng: EpsilonGreedyCandidateSelector(epsilon=0.1, rng=rng),
+    "top_k_pareto": lambda rng: TopKParetoCandidateSelector(k=5, rng=rng),
+}
 
 
 class ExactBudgetStopper:
@@ -78,7 +50,7 @@ class ExactBudgetStopper:
         self.max_metric_calls = guard.max_metric_calls
 
     def __call__(self, gepa_state: GEPAState) -> bool:
-        return self.guard.remaining(gepa_state) < self.guard.smallest_step()
+        return not self.guard.can_step(self.guard.remaining(gepa_state))
 
 
 class SequentialMinibatchSampler(EpochShuffledBatchSampler):
@@ -132,13 +104,13 @@ class DistinctParentsPxN:
         p: int,
         n: int,
         guard: BudgetGuard,
-        on_sampled: Callable[[list[ProposalTask]], None] | None = None,
+        events: StepEvents | None = None,
         draws_per_parent: int = 8,
     ):
         self.p = p
         self.n = n
         self.guard = guard
-        self.on_sampled = on_sampled
+        self.events = events or StepEvents()
         self.draws_per_parent = draws_per_parent
 
     def choose_parents(self, state: GEPAState, selector: CandidateSelector, count: int) -> list[int]:
@@ -177,8 +149,7 @@ class DistinctParentsPxN:
                     break
                 ids = batch_sampler.next_minibatch_ids(trainset, state)
                 tasks.append(ProposalTask(parent, state.program_candidates[parent], ids, trainset.fetch(ids)))
-        if self.on_sampled is not None:
-            self.on_sampled(tasks)
+        self.events.tasks_sampled(tasks)
         return tasks
 
 
@@ -189,10 +160,10 @@ class BudgetCappedSelection:
     with the largest minibatch improvement go first (ties keep proposal order).
     """
 
-    def __init__(self, inner: SelectionStrategy, guard: BudgetGuard, on_selected: Callable[[int], None] | None = None):
+    def __init__(self, inner: SelectionStrategy, guard: BudgetGuard, events: StepEvents | None = None):
         self.inner = inner
         self.guard = guard
-        self.on_selected = on_selected
+        self.events = events or StepEvents()
 
     def select(
         self,
@@ -200,10 +171,9 @@ class BudgetCappedSelection:
         state: GEPAState,
         acceptance_criterion: AcceptanceCriterion,
     ) -> list[CandidateProposal]:
-        if self.on_selected is not None:
-            # gepa memoizes the criterion per batch, so counting improvers here is free; the
-            # runtime model needs this per-proposal pass rate, which "best"/top-k selection hides.
-            self.on_selected(sum(acceptance_criterion.should_accept(p, state) for p in proposals))
+        # gepa memoizes the criterion per batch, so counting improvers here is free; the
+        # runtime model needs this per-proposal pass rate, which "best"/top-k selection hides.
+        self.events.children_screened(sum(acceptance_criterion.should_accept(p, state) for p in proposals))
         selected = self.inner.select(proposals, state, acceptance_criterion)
         room = self.guard.max_validations(state)
         if len(selected) <= room:
@@ -215,27 +185,3 @@ class BudgetCappedSelection:
 
 def improvement(proposal: CandidateProposal) -> float:
     return sum(proposal.subsample_scores_after or []) - sum(proposal.subsample_scores_before or [])
-
-
-def selection_strategy(selection: str | int | SelectionStrategy) -> SelectionStrategy:
-    """'all' (every improving child), 'best' (the single best), an int k (top-k), or a gepa strategy."""
-    if selection == "all":
-        return AllImprovements()
-    if selection == "best":
-        return BestImprovement()
-    if isinstance(selection, int) and not isinstance(selection, bool) and selection >= 1:
-        return TopKImprovements(selection)
-    if hasattr(selection, "select"):
-        return selection  # type: ignore[return-value]
-    raise ValueError(
-        f"selection={selection!r} is not understood: use 'all', 'best', a positive int k (top-k), "
-        "or a gepa SelectionStrategy instance."
-    )
-
-
-def unique_minibatches(tasks: Sequence[ProposalTask]) -> list[tuple[dict[str, str], list]]:
-    """The (parent, minibatch) pairs gepa will evaluate with traces, deduplicated as gepa does."""
-    seen: dict[tuple[int, tuple], tuple[dict[str, str], list]] = {}
-    for task in tasks:
-        seen.setdefault((task.parent_idx, tuple(task.minibatch_ids)), (task.parent_candidate, task.minibatch))
-    return list(seen.values())

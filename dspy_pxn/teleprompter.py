@@ -2,13 +2,17 @@
 
 The engine is gepa's; this module only wires strategies into ``gepa.optimize``:
 
-    sampling    DistinctParentsPxN       P distinct parents × N mutations, budget-narrowed
+    sampling    DistinctParentsPxN          P distinct parents × N mutations, budget-narrowed
     minibatches SequentialMinibatchSampler  fresh minibatches for every task
-    reflection  PooledReflection         all P·N reflection calls at once
-    adapter     BatchedAdapter           every rollout of a step on one pool of W workers
-    selection   BudgetCappedSelection    all | best | top-k, never validating past the budget
-    stopper     ExactBudgetStopper       stop when no useful step fits the budget
-    callback    StepRecorder             one StepRecord per step (JSONL in log_dir, sinks)
+    reflection  PooledReflection            all P·N reflection calls at once
+    adapter     BatchedAdapter              every rollout of a step on one pool of W workers
+    selection   BudgetCappedSelection       all | best | top-k, never validating past the budget
+    stopper     ExactBudgetStopper          stop when no useful step fits the budget
+
+The strategies, the adapter and the reflection report what happens inside a step to one
+``StepEvents`` seam; the ``StepRecorder`` listens and emits one ``StepRecord`` per step to
+its sinks (the step log, progress lines, a tracker). Tracking is a ``Tracker`` handed in
+(``dspy_pxn.tracker``): this module does not know MLflow.
 
 Merge is off by default: a merge replaces a whole reflective step when it fires, so
 with it on, a P×N run and a 1×1 run no longer spend their steps on the same kind of
@@ -22,48 +26,39 @@ import os
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 from typing import Any, Literal
 
 import dspy
-from dspy.primitives import Example, Module
-from dspy.teleprompt.gepa.gepa import DspyGEPAResult
-from dspy.teleprompt.gepa.gepa_utils import LoggerAdapter
 import gepa
+from dspy.primitives import Example, Module
+from dspy.teleprompt.gepa.gepa import AUTO_RUN_SETTINGS, DspyGEPAResult
+from dspy.teleprompt.gepa.gepa_utils import LoggerAdapter
 from gepa.proposer.reflective_mutation.base import CandidateSelector
-from gepa.strategies.candidate_selector import (
-    CurrentBestCandidateSelector,
-    EpsilonGreedyCandidateSelector,
-    ParetoCandidateSelector,
-    TopKParetoCandidateSelector,
-)
 from gepa.strategies.proposal_selection import SelectionStrategy
 
-from dspy_pxn import checks, components, limits, metrics, resume, tracking
+from dspy_pxn import checks, components, limits, metrics, resume
+from dspy_pxn import selection as selections
+from dspy_pxn import tracker as trackers
 from dspy_pxn.adapter import BatchedAdapter
+from dspy_pxn.budget import BudgetGuard, RunShape
+from dspy_pxn.description import RunDescription, digest, lm_name
+from dspy_pxn.events import StepEvents
 from dspy_pxn.holdout import holdout_score
-from dspy_pxn.pool import ThreadWorkerPool, WorkerPool
+from dspy_pxn.pools import ThreadWorkerPool, WorkerPool
 from dspy_pxn.reflection import PooledReflection
-from dspy_pxn.steps import StepRecord, StepRecorder
+from dspy_pxn.result import BatchedGEPAResult
+from dspy_pxn.steps import StepLog, StepRecord, StepRecorder
 from dspy_pxn.strategies import (
+    CANDIDATE_SELECTORS,
     BudgetCappedSelection,
-    BudgetGuard,
     DistinctParentsPxN,
     ExactBudgetStopper,
     SequentialMinibatchSampler,
-    selection_strategy,
-    unique_minibatches,
 )
-from dspy_pxn.usage import UsageMeter, UsageTotals
+from dspy_pxn.usage import UsageMeter, warn_if_answered_from_cache
 
 logger = logging.getLogger(__name__)
-
-CANDIDATE_SELECTORS: dict[str, Callable[[random.Random], CandidateSelector]] = {
-    "pareto": lambda rng: ParetoCandidateSelector(rng=rng),
-    "current_best": lambda rng: CurrentBestCandidateSelector(),
-    "epsilon_greedy": lambda rng: EpsilonGreedyCandidateSelector(epsilon=0.1, rng=rng),
-    "top_k_pareto": lambda rng: TopKParetoCandidateSelector(k=5, rng=rng),
-}
 
 # Strategies BatchedGEPA owns; passing them through gepa_kwargs would silently undo P×N or the budget.
 OWNED_GEPA_KWARGS = (
@@ -79,25 +74,12 @@ OWNED_GEPA_KWARGS = (
 )
 
 
-@dataclass(frozen=True)
-class BatchedGEPAResult(DspyGEPAResult):
-    """dspy.GEPA's detailed results plus the per-step records and run totals."""
-
-    steps: tuple[StepRecord, ...] = ()
-    budget: int = 0
-    num_workers: int = 0
-    wall_s: float = 0.0  # the search; the test evaluation is not included
-    test_score: float | None = None
-    usage: UsageTotals = field(default_factory=UsageTotals)  # LM calls, tokens and dollars of the search
-    mlflow_run_id: str | None = None
-    lm_call_counts: limits.LMCallCounts = field(default_factory=limits.LMCallCounts)  # LM calls, retries, failures
-
-
 class BatchedGEPA(dspy.GEPA):
     """dspy.GEPA that proposes P×N children per step and evaluates them concurrently.
 
     Every argument of ``dspy.GEPA.__init__`` is accepted with its meaning; the defaults
-    differ only where ``DEFAULTS_DIFFERING_FROM_DSPY_GEPA`` says why. Beyond dspy.GEPA:
+    differ only for ``metric`` (optional), ``use_merge`` (off) and ``track_stats`` (on).
+    Beyond dspy.GEPA:
 
         metric: optional: without it the program's own ``program.metric`` is used. A plain
             DSPy metric ``(gold, pred, trace=None)`` is accepted too (score-only feedback).
@@ -115,16 +97,18 @@ class BatchedGEPA(dspy.GEPA):
         step_sinks: callables receiving each ``StepRecord`` as it is written.
         pool: a WorkerPool to run rollouts on (default: a thread pool of num_threads,
             created and closed by each compile; a pool passed here is left open), or "ray"
-            for a ``dspy_pxn.ray_pool.RayWorkerPool`` of num_threads slots on the cluster at
+            for a ``dspy_pxn.pools.ray.RayWorkerPool`` of num_threads slots on the cluster at
             ``RAY_ADDRESS`` (a local Ray when unset), created and closed by each compile.
         testset: held-out examples scored once, after the search, on the same pool
             (``detailed_results.test_score``; MLflow ``test_score``). Given here, not to
             ``compile``, so ``compile`` keeps DSPy's signature; the search never sees it.
-        use_mlflow / mlflow, tracking_uri, experiment, run_name, run_tags: track the run in
-            MLflow (``dspy_pxn.tracking``). Any of the last four implies tracking; with
-            none, runs go to MLflow's default local store in the working directory.
-            Inside ``with dspy_pxn.tracking.sweep(...)`` a run is tracked as a nested
-            child unless ``mlflow=False``. Tracking never stops or slows the search.
+        tracker: a ``dspy_pxn.tracker.Tracker`` that follows each compile, e.g.
+            ``dspy_pxn.tracking.MlflowTracker(experiment="hover")``.
+        use_mlflow / mlflow, tracking_uri, experiment, run_name, run_tags: shorthands for an
+            MLflow tracker. Any of the last four implies tracking; with none, runs go to
+            MLflow's default local store in the working directory. Inside ``with
+            dspy_pxn.tracking.sweep(...)`` a run is tracked as a nested child unless
+            ``mlflow=False``. Tracking never stops or slows the search.
         use_wandb, wandb_api_key, wandb_init_kwargs: passed on to gepa's own Weights &
             Biases logging, as dspy.GEPA does.
         max_concurrent_lm_calls: at most this many LM calls in progress at once, over the
@@ -176,6 +160,7 @@ class BatchedGEPA(dspy.GEPA):
         callbacks: Sequence[Any] = (),
         step_sinks: Sequence[Callable[[StepRecord], None]] = (),
         testset: list[Example] | None = None,
+        tracker: trackers.Tracker | None = None,
         mlflow: bool | None = None,
         tracking_uri: str | None = None,
         experiment: str | None = None,
@@ -188,8 +173,8 @@ class BatchedGEPA(dspy.GEPA):
         checks.at_most_one_budget(auto, max_full_evals, max_metric_calls)
         if metric is not None:
             metrics.arity(metric)  # a wrong signature fails here, before any data or LM
-        if num_threads is not None:
-            checks.positive_int("num_threads", num_threads, "It is the number of concurrent rollouts, e.g. 16.")
+        checks.positive_int("num_threads", num_threads, "It is the number of concurrent rollouts, e.g. 16.",
+                            or_none=True)
         checks.positive_int("reflection_minibatch_size", reflection_minibatch_size)
         if isinstance(candidate_selection_strategy, str) and candidate_selection_strategy not in CANDIDATE_SELECTORS:
             raise ValueError(
@@ -198,12 +183,9 @@ class BatchedGEPA(dspy.GEPA):
             )
         if track_best_outputs and not track_stats:
             raise checks.ArgumentError("track_best_outputs=True needs track_stats=True (the outputs are part of the stats).")
-        self.selection = selection_strategy(selection)
+        self.selection = selections.strategy(selection)
         self.testset = checks.dataset("testset", testset) if testset is not None else None
-        if use_mlflow and mlflow is False:
-            raise ValueError("use_mlflow=True contradicts mlflow=False: pass one of them.")
-        self.mlflow = True if use_mlflow else mlflow
-        self.tracking = tracking.tracking_config(self.mlflow, tracking_uri, experiment, run_name, run_tags)
+        self.tracker, self.mlflow = tracker_for(tracker, use_mlflow, mlflow, tracking_uri, experiment, run_name, run_tags)
         if use_wandb:
             checks.wandb_installed()
         owned = sorted(set(gepa_kwargs or {}) & set(OWNED_GEPA_KWARGS))
@@ -268,8 +250,6 @@ class BatchedGEPA(dspy.GEPA):
         With no budget at all, ``auto="light"``: the run says so, with the number it comes to.
         """
         if self.auto is not None:
-            from dspy.teleprompt.gepa.gepa import AUTO_RUN_SETTINGS
-
             budget = self.auto_budget(
                 num_preds=max(len(components.seed_candidate(student)), 1),
                 num_candidates=AUTO_RUN_SETTINGS[self.auto]["n"],
@@ -287,7 +267,7 @@ class BatchedGEPA(dspy.GEPA):
         """The pool this compile owns: threads, or Ray actors for ``pool="ray"`` (same W)."""
         workers = self.num_threads or self.default_num_threads()
         if self.pool == "ray":
-            from dspy_pxn.ray_pool import RayWorkerPool
+            from dspy_pxn.pools.ray import RayWorkerPool
 
             return RayWorkerPool(address=os.environ.get("RAY_ADDRESS"), max_concurrency=workers)
         return ThreadWorkerPool(workers)
@@ -318,32 +298,37 @@ class BatchedGEPA(dspy.GEPA):
         checks.examples_match_program(student, trainset=trainset, valset=valset, testset=self.testset)
         checks.writable_dir("log_dir", self.log_dir)
         reflection_lm = self.resolve_reflection_lm()
-        settings = self.run_settings(student, trainset, valset, reflection_lm)
+        owns_pool = self.pool is None or self.pool == "ray"
+        workers = self.pool.num_workers if not owns_pool else self.num_threads or self.default_num_threads()
+        description = self.describe(student, trainset, valset, budget, workers, reflection_lm)
         saved_state = resume.load_saved_state(self.log_dir)
         if saved_state is not None:
-            resume.check_resumable(saved_state, settings, self.log_dir)
+            resume.check_resumable(saved_state, description.resume_settings(), self.log_dir)
 
-        owns_pool = self.pool is None or self.pool == "ray"
         pool = self.make_pool() if owns_pool else self.pool
         meter = UsageMeter()
-        tracker = None
+        run_tracker = self.tracker or (trackers.ambient() if self.mlflow is not False else None)
+        tracked = None
         try:
-            tracker = tracking.start_for(self, student, trainset, valset, budget, pool.num_workers, meter, reflection_lm)
+            if run_tracker is not None:
+                tracked = run_tracker.start(description, log_dir=self.log_dir, usage=meter)
             started = time.perf_counter()
             limits.warn_if_no_timeout("task", dspy.settings.lm)
             limits.warn_if_no_timeout("reflection", reflection_lm)
             lm_counter = limits.LMCallLimiter()  # this run's calls, retries and failures (never blocks)
             with meter.active(), limits.installed(self.lm_limiter, lm_counter):
+                shape = RunShape(pool.num_workers, budget, len(valset), self.reflection_minibatch_size)
                 program, gepa_result, adapter, recorder = self._optimize(
-                    student, metric, trainset, valset, guard, pool, meter, tracker, settings, saved_state, reflection_lm
+                    student, metric, trainset, valset, shape, pool, meter, lm_counter, tracked, description,
+                    saved_state, reflection_lm,
                 )
                 wall_s, usage = time.perf_counter() - started, meter.totals()
                 test_score = None
                 if self.testset:
                     test_score = holdout_score(program, self.testset, metric, pool, self.failure_score)
         except BaseException as error:
-            if tracker is not None:
-                tracker.fail(error)
+            if tracked is not None:
+                tracked.fail(error)
             raise
         finally:
             if owns_pool:
@@ -358,16 +343,13 @@ class BatchedGEPA(dspy.GEPA):
             wall_s=wall_s,
             test_score=test_score,
             usage=usage,
-            mlflow_run_id=tracker.run_id if tracker is not None else None,
+            mlflow_run_id=tracked.run_id if tracked is not None else None,
             lm_call_counts=lm_counter.counts(),
         )
         if self.track_stats:
             program.detailed_results = results
-        if tracker is not None:
-            tracker.finish(program, tracking.final_metrics(
-                recorder.steps, max(results.val_aggregate_scores), results.total_metric_calls,
-                len(results.candidates), wall_s, usage, test_score,
-            ), list(recorder.steps))
+        if tracked is not None:
+            tracked.finish(program, results)
         return program
 
     def resolve_reflection_lm(self) -> dspy.BaseLM | None:
@@ -377,29 +359,38 @@ class BatchedGEPA(dspy.GEPA):
         task_lm = dspy.settings.lm
         if task_lm is not None and self.custom_instruction_proposer is None:
             logger.info("No reflection_lm given: the task LM %s also reflects. A stronger reflection LM "
-                        "(reflection_lm=dspy.LM(...)) usually finds better instructions.", tracking.lm_name(task_lm))
+                        "(reflection_lm=dspy.LM(...)) usually finds better instructions.", lm_name(task_lm))
         return task_lm
 
-    def run_settings(
-        self, student: Module, trainset: list[Example], valset: list[Example], reflection_lm: Any
-    ) -> resume.RunSettings:
-        """What a resume from ``log_dir`` must keep unchanged (see dspy_pxn.resume)."""
-        return resume.RunSettings.of(
-            p=self.p, n=self.n, minibatch_size=self.reflection_minibatch_size, seed=self.seed,
-            selection=tracking.selection_label(self.selection), use_merge=self.use_merge,
-            trainset=trainset, valset=valset, seed_candidate=components.seed_candidate(student),
-            task_lms=task_lms(student), reflection_lm=reflection_lm,
+    def describe(
+        self, student: Module, trainset: list[Example], valset: list[Example], budget: int, num_workers: int,
+        reflection_lm: Any,
+    ) -> RunDescription:
+        """This compile, described once for tracking (params) and resume (settings)."""
+        selector = self.candidate_selection_strategy
+        predictor_lms = [p.lm for _, p in student.named_predictors() if getattr(p, "lm", None) is not None]
+        return RunDescription(
+            p=self.p, n=self.n, selection=selections.label(self.selection),
+            minibatch_size=self.reflection_minibatch_size, seed=self.seed, use_merge=self.use_merge,
+            candidate_selection=selector if isinstance(selector, str) else type(selector).__name__,
+            budget=budget, num_workers=num_workers, program=type(student).__name__,
+            predictors=len(student.named_predictors()), code_components=len(components.code_components(student)),
+            dataset=getattr(trainset, "name", None) or "unnamed", trainset_size=len(trainset),
+            valset_size=len(valset), testset_size=len(self.testset or []),
+            task_lms=tuple(predictor_lms or [dspy.settings.lm]), reflection_lm=reflection_lm,
+            trainset_digest=digest(trainset), valset_digest=digest(valset),
+            seed_candidate_digest=digest([f"{k}={v}" for k, v in sorted(components.seed_candidate(student).items())]),
         )
 
-    def _optimize(self, student, metric, trainset, valset, guard, pool, meter, tracker, settings, saved_state,
-                  reflection_lm):
+    def _optimize(self, student, metric, trainset, valset, shape, pool, meter, lm_counter, tracked, description,
+                  saved_state, reflection_lm):
+        log_dir = self.log_dir or (tracked.log_dir if tracked is not None else None)
+        step_log = StepLog(log_dir) if log_dir is not None else None
         recorder = StepRecorder(
-            self.p, self.n, guard.max_metric_calls, pool,
-            log_dir=self.log_dir or (tracker.log_dir if tracker else None),
-            sinks=[*self.step_sinks, *([tracker.on_step] if tracker else [])],
-            minibatch_size=self.reflection_minibatch_size, val_size=len(valset), usage=meter,
-            lm_counts=limits.StepLMCounts(limits.current_counter()),  # retries and failures per step
+            self.p, self.n, shape, pool, meter, lm_counter,
+            sinks=[*([step_log] if step_log else []), *self.step_sinks, *([tracked.on_step] if tracked else [])],
         )
+        events = StepEvents([recorder])
         seed = components.seed_candidate(student)
         adapter = BatchedAdapter(
             student_module=student,
@@ -415,24 +406,23 @@ class BatchedGEPA(dspy.GEPA):
             warn_on_score_mismatch=self.warn_on_score_mismatch,
             reflection_minibatch_size=self.reflection_minibatch_size,
             pool=pool,
-            on_evaluated=recorder.on_evaluated,
+            events=events,
         )
-
-        def on_sampled(tasks):
-            adapter.expect_parent_evaluations(unique_minibatches(tasks))
-            recorder.on_tasks_sampled(tasks)
+        events.add(adapter)  # the sampled parents' minibatches are the evaluations to trace
+        guard = BudgetGuard.of(shape, self.use_merge)
 
         # One RNG shared by parent selection and minibatch shuffling, as gepa.optimize does,
         # so a 1×1 run draws the same parents and minibatches as dspy.GEPA.
         rng = random.Random(self.seed)
         sampler = SequentialMinibatchSampler(self.reflection_minibatch_size, rng)
-        adapter.checkpoint = resume.RunCheckpoint(settings, sampler, rng)
+        adapter.checkpoint = resume.RunCheckpoint(description.resume_settings(), sampler, rng)
         if saved_state is not None:
             completed = saved_state.i + 1
             logger.info("Resuming from log_dir=%s after step %d (%d of %d metric calls spent).",
-                        self.log_dir, completed, saved_state.total_num_evals, guard.max_metric_calls)
+                        self.log_dir, completed, saved_state.total_num_evals, shape.budget)
             adapter.replay_once(seed, valset, resume.seed_evaluation(adapter, saved_state, len(valset)))
-            recorder.resume_after(completed)
+            if step_log is not None:
+                recorder.steps = step_log.keep_first(completed)
         candidate_selector = self.candidate_selection_strategy
         if isinstance(candidate_selector, str):
             candidate_selector = CANDIDATE_SELECTORS[candidate_selector](rng)
@@ -444,11 +434,11 @@ class BatchedGEPA(dspy.GEPA):
             adapter=adapter,
             candidate_selection_strategy=candidate_selector,
             batch_sampler=sampler,
-            sampling_strategy=DistinctParentsPxN(self.p, self.n, guard, on_sampled=on_sampled),
-            selection_strategy=BudgetCappedSelection(self.selection, guard, on_selected=recorder.on_selection),
-            reflection_strategy=PooledReflection(adapter, reflection_lm, pool, on_reflected=recorder.on_reflected),
+            sampling_strategy=DistinctParentsPxN(self.p, self.n, guard, events),
+            selection_strategy=BudgetCappedSelection(self.selection, guard, events),
+            reflection_strategy=PooledReflection(adapter, reflection_lm, pool, events),
             stop_callbacks=[ExactBudgetStopper(guard)],
-            callbacks=[recorder.lm_counts, recorder, *(tracker.gepa_callbacks if tracker else []), *self.callbacks],
+            callbacks=[recorder, *(tracked.gepa_callbacks if tracked else []), *self.callbacks],
             skip_perfect_score=self.skip_perfect_score,
             perfect_score=self.perfect_score,
             module_selector=self.component_selector,
@@ -469,28 +459,26 @@ class BatchedGEPA(dspy.GEPA):
         return program, gepa_result, adapter, recorder
 
 
+def tracker_for(
+    given: trackers.Tracker | None, use_mlflow: bool, mlflow: bool | None, tracking_uri: str | None,
+    experiment: str | None, run_name: str | None, run_tags: dict[str, str] | None,
+) -> tuple[trackers.Tracker | None, bool | None]:
+    """The tracker a BatchedGEPA asked for, and its ``mlflow`` setting (False: not even a sweep's)."""
+    if use_mlflow and mlflow is False:
+        raise ValueError("use_mlflow=True contradicts mlflow=False: pass one of them.")
+    mlflow = True if use_mlflow else mlflow
+    arguments = trackers.TrackingArguments(mlflow, tracking_uri, experiment, run_name, run_tags)
+    if given is not None:
+        if not isinstance(given, trackers.Tracker):
+            raise TypeError(f"tracker={given!r} has no start(description, log_dir=..., usage=...): pass a "
+                            "dspy_pxn.tracker.Tracker such as dspy_pxn.tracking.MlflowTracker().")
+        if arguments.given:
+            raise ValueError("tracker= and the MLflow shorthands (use_mlflow, mlflow, tracking_uri, experiment, "
+                             "run_name, run_tags) are two trackers: pass one of them.")
+        return given, True
+    return trackers.from_arguments(arguments), mlflow
+
+
 def _resolved_in_compile(gold, pred, trace=None, pred_name=None, pred_trace=None):  # pragma: no cover
     """Stands in for dspy.GEPA's metric argument: compile resolves the run's metric (dspy_pxn.metrics)."""
     raise AssertionError("BatchedGEPA resolves its metric in compile()")
-
-
-def task_lms(student: Module) -> list[Any]:
-    """The LMs the program's rollouts use: each predictor's own, else the configured default."""
-    lms = [predictor.lm for _, predictor in student.named_predictors() if getattr(predictor, "lm", None) is not None]
-    return lms or [dspy.settings.lm]
-
-
-# How many of a run's metric calls may go without an LM call before the run says the cache answered them.
-CACHE_WARNING_RATIO = 0.5
-
-
-def warn_if_answered_from_cache(usage: UsageTotals, metric_calls: int) -> None:
-    """A run that made far fewer LM calls than metric calls was answered from a cache: its timings,
-    token counts and costs describe the cache, not the LMs (DSPy's cache is on by default)."""
-    if metric_calls and usage.lm_calls < CACHE_WARNING_RATIO * metric_calls:
-        logger.warning(
-            "This run made %d LM calls for %d metric calls: most answers came from DSPy's cache (or the program "
-            "calls no LM), so its wall-clock, tokens and cost do not describe a fresh run. Turn the cache off "
-            "for timed or compared runs: dspy.LM(..., cache=False), or dspy.configure_cache(enable_disk_cache=False, "
-            "enable_memory_cache=False).", usage.lm_calls, metric_calls,
-        )

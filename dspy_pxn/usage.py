@@ -10,6 +10,7 @@ price map; a model it does not know is counted as unpriced, never as free.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -18,6 +19,8 @@ from typing import Any
 
 import dspy
 from dspy.utils.usage_tracker import UsageTracker
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,26 @@ def call_program(program: Any, inputs: Mapping[str, Any]) -> Any:
     for lm, entry in ((get_usage() if callable(get_usage) else None) or {}).items():
         meter.add_usage(lm, entry)
     return prediction
+
+
+# How many of a run's metric calls may go without an LM call before the run says the cache answered them.
+CACHE_WARNING_RATIO = 0.5
+
+
+def answered_from_cache(totals: UsageTotals, metric_calls: int) -> bool:
+    """Far fewer LM calls than metric calls: a cache (DSPy's is on by default) answered the run."""
+    return bool(metric_calls) and totals.lm_calls < CACHE_WARNING_RATIO * metric_calls
+
+
+def warn_if_answered_from_cache(totals: UsageTotals, metric_calls: int) -> None:
+    """Such a run's timings, token counts and costs describe the cache, not the LMs."""
+    if answered_from_cache(totals, metric_calls):
+        logger.warning(
+            "This run made %d LM calls for %d metric calls: most answers came from DSPy's cache (or the program "
+            "calls no LM), so its wall-clock, tokens and cost do not describe a fresh run. Turn the cache off "
+            "for timed or compared runs: dspy.LM(..., cache=False), or dspy.configure_cache(enable_disk_cache=False, "
+            "enable_memory_cache=False).", totals.lm_calls, metric_calls,
+        )
 
 
 def token_prices(model: str) -> tuple[float, float] | None:

@@ -8,7 +8,7 @@ The same as `dspy-pxn compare`, from Python, plus the per-run numbers a notebook
 
 import argparse
 
-from dspy_pxn.compare import compare_runs, load_runs
+from dspy_pxn.tracking.compare import compare_runs, load_runs
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -14,12 +14,12 @@ import tempfile
 import time
 
 import dspy
-
-from dspy_pxn import BatchedGEPA
-from dspy_pxn.lms import build_lm
 from dspy_pxn.programs.demo_corpus import write_claims_corpus
 from dspy_pxn.programs.hover import HoverAgent, load_hover, metric
 from dspy_pxn.programs.retrieval import open_index
+
+from dspy_pxn import BatchedGEPA
+from dspy_pxn.local import build_lm
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -13,10 +13,10 @@ import os
 import time
 
 import dspy
+from dspy_pxn.programs.math_solver import MathSolver, load_livebench_math, metric
 
 from dspy_pxn import BatchedGEPA
-from dspy_pxn.lms import build_lm
-from dspy_pxn.programs.math_solver import MathSolver, load_livebench_math, metric
+from dspy_pxn.local import build_lm
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -13,13 +13,13 @@ import os
 import time
 
 import dspy
+from dspy_pxn.programs.gsm8k import GSM8KSolver, load_gsm8k, metric
 
 from dspy_pxn import BatchedGEPA
-from dspy_pxn.compare import compare_experiment
-from dspy_pxn.lms import build_lm
+from dspy_pxn.local import build_lm
 from dspy_pxn.runtime_model import parse_shapes
 from dspy_pxn.tracking import sweep
-from dspy_pxn.programs.gsm8k import GSM8KSolver, load_gsm8k, metric
+from dspy_pxn.tracking.compare import compare_experiment
 
 
 def main(argv: list[str] | None = None) -> None:

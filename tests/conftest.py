@@ -1,8 +1,8 @@
 import dspy
 import pytest
 
-from dspy_pxn import simulation as sim
-from dspy_pxn.latency_server import LatencyServer
+from dspy_pxn import testing as sim
+from dspy_pxn.testing import LatencyServer
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dspy_pxn import BatchedGEPA, read_step_log
-from dspy_pxn import simulation as sim
+from dspy_pxn import testing as sim
 from tests.conftest import seed_program
 
 

@@ -7,7 +7,7 @@ import pytest
 from mlflow import MlflowClient
 
 from dspy_pxn import BatchedGEPA
-from dspy_pxn import simulation as sim
+from dspy_pxn import testing as sim
 from dspy_pxn.cli import main as cli
 from tests.conftest import seed_program
 

@@ -213,7 +213,7 @@ def test_cache_is_opt_in_and_kept_per_endpoint(sim_lm_flags, data_dir, tmp_path,
     import dspy
     import dspy.clients
 
-    from dspy_pxn.latency_server import LatencyServer
+    from dspy_pxn.testing import LatencyServer
 
     monkeypatch.setattr(dspy.clients, "DISK_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(dspy, "cache", dspy.cache)  # restored after the test
@@ -233,7 +233,6 @@ def test_cache_is_opt_in_and_kept_per_endpoint(sim_lm_flags, data_dir, tmp_path,
 # ----------------------------------------------------------------------------- the demo's task (programs/gsm8k.py)
 def test_gsm8k_metric_names_the_expected_and_the_parsed_number():
     import dspy
-
     from dspy_pxn.programs.gsm8k import metric
 
     gold = dspy.Example(question="q", answer="1,200").with_inputs("question")

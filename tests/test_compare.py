@@ -7,9 +7,9 @@ import pytest
 from PIL import Image
 
 from dspy_pxn import BatchedGEPA
-from dspy_pxn import simulation as sim
-from dspy_pxn.compare import compare_experiment, load_runs
+from dspy_pxn import testing as sim
 from dspy_pxn.tracking import sweep
+from dspy_pxn.tracking.compare import compare_experiment, load_runs
 
 CONFIGS = [(1, 1, "all"), (2, 2, "all"), (4, 1, "best")]
 PRICED = "openai/gpt-4o-mini"  # the simulated LM under a name litellm's price map knows

@@ -1,6 +1,6 @@
 """BatchedGEPA is a drop-in for dspy.GEPA: programs, metrics and arguments that work there work here.
 
-Every program here runs on the in-process simulated LM (dspy_pxn.simulation), which answers
+Every program here runs on the in-process simulated LM (dspy_pxn.testing), which answers
 a rule question right iff the rule's definition is in the predictor's instruction.
 """
 
@@ -12,7 +12,7 @@ import pytest
 from dspy.primitives.local_interpreter import LocalInterpreter
 
 from dspy_pxn import BatchedGEPA
-from dspy_pxn import simulation as sim
+from dspy_pxn import testing as sim
 
 KNOWN = "Apply the named rule to the number and give the integer result.\n" + "\n".join(
     rule.definition for rule in sim.RULES
@@ -180,10 +180,15 @@ def test_track_stats_false_returns_no_detailed_results(task_lm, splits):
     assert not hasattr(best, "detailed_results")
 
 
-def test_use_mlflow_is_dspy_pxn_tracking(tmp_path):
-    optimizer = BatchedGEPA(metric=sim.metric, reflection_lm=sim.SimulatedLM(), max_metric_calls=30, use_mlflow=True,
-                            tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
-    assert optimizer.tracking is not None and optimizer.use_mlflow
+def test_use_mlflow_is_dspy_pxn_tracking(task_lm, splits, tmp_path, monkeypatch):
+    from mlflow import MlflowClient
+
+    store = f"sqlite:///{tmp_path}/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)  # use_mlflow alone: MLflow's own default store
+    best = BatchedGEPA(metric=sim.metric, max_metric_calls=30, use_mlflow=True).compile(
+        sim.seed_program(), trainset=splits.train, valset=splits.val[:6])
+    run = MlflowClient(store).get_run(best.detailed_results.mlflow_run_id)
+    assert run.info.status == "FINISHED" and run.data.params["p"] == "1"
     with pytest.raises(ValueError, match="use_mlflow=True contradicts mlflow=False"):
         BatchedGEPA(metric=sim.metric, reflection_lm=sim.SimulatedLM(), max_metric_calls=30, use_mlflow=True,
                     mlflow=False)

@@ -4,7 +4,7 @@ import dspy
 import pytest
 
 from dspy_pxn import BatchedGEPA
-from dspy_pxn import simulation as sim
+from dspy_pxn import testing as sim
 from tests.conftest import seed_program
 
 

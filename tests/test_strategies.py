@@ -1,20 +1,18 @@
 """The strategies, pool and reflection fan-out, one behaviour at a time."""
 
 import random
-import threading
 import time
 from types import SimpleNamespace
 
 import dspy
-import pytest
 from gepa.core.data_loader import ensure_loader
 from gepa.proposer.base import CandidateProposal
 from gepa.strategies.batch_sampler import EpochShuffledBatchSampler
 from gepa.strategies.proposal_selection import AllImprovements
 
-from dspy_pxn import simulation as sim
+from dspy_pxn import testing as sim
 from dspy_pxn.adapter import BatchedAdapter
-from dspy_pxn.pool import ThreadWorkerPool
+from dspy_pxn.pools import ThreadWorkerPool
 from dspy_pxn.reflection import PooledReflection, mutation_rollout_ids
 from dspy_pxn.strategies import BudgetCappedSelection, BudgetGuard, DistinctParentsPxN, SequentialMinibatchSampler
 from tests.conftest import seed_program

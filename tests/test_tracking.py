@@ -20,11 +20,11 @@ from dspy.clients.base_lm import GLOBAL_HISTORY
 from mlflow import MlflowClient
 
 from dspy_pxn import BatchedGEPA, read_step_log
-from dspy_pxn import simulation as sim
-from dspy_pxn.latency_server import LatencyServer
-from dspy_pxn.lineage import VALIDATED, read_proposals
-from dspy_pxn.runlog import RunManifest
+from dspy_pxn import testing as sim
+from dspy_pxn.testing import LatencyServer
 from dspy_pxn.tracking import CONFIG_TAG, KIND_TAG, PARENT_TAG, import_step_log, sweep
+from dspy_pxn.tracking.lineage import VALIDATED, read_proposals
+from dspy_pxn.tracking.runlog import RunManifest
 from dspy_pxn.usage import token_prices
 
 SECRET = "sk-test-do-not-log"
@@ -104,7 +104,7 @@ def history(client: MlflowClient, run_id: str, key: str) -> dict[int, float]:
 
 
 def tracking_warnings(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "dspy_pxn.tracking" and r.levelno >= logging.WARNING]
+    return [r.getMessage() for r in caplog.records if r.name.startswith("dspy_pxn.tracking") and r.levelno >= logging.WARNING]
 
 
 def sim_run(**kwargs):

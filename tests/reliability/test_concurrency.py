@@ -15,8 +15,9 @@ import pytest
 from gepa.core.state import GEPAState
 
 from dspy_pxn import BatchedGEPA, read_step_log
-from dspy_pxn import simulation as sim
-from dspy_pxn.latency_server import Faults, LatencyServer
+from dspy_pxn import testing as sim
+from dspy_pxn.testing import LatencyServer
+from tests.faults import Faults
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 

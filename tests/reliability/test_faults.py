@@ -21,8 +21,10 @@ import pytest
 from dspy.utils.callback import BaseCallback
 
 from dspy_pxn import BatchedGEPA
-from dspy_pxn import simulation as sim
-from dspy_pxn.latency_server import FAULT_KINDS, Faults, LatencyServer
+from dspy_pxn import testing as sim
+from dspy_pxn.testing import LatencyServer
+from dspy_pxn.testing.latency_server import INJECTED_REPLIES as FAULT_KINDS
+from tests.faults import Faults
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 

@@ -10,9 +10,10 @@ import dspy
 import pytest
 
 from dspy_pxn import BatchedGEPA
-from dspy_pxn import simulation as sim
-from dspy_pxn.latency_server import Faults, LatencyServer
+from dspy_pxn import testing as sim
 from dspy_pxn.limits import LMCallLimiter
+from dspy_pxn.testing import LatencyServer
+from tests.faults import Faults
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 

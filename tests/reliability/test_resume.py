@@ -13,9 +13,9 @@ import dspy
 import pytest
 
 from dspy_pxn import BatchedGEPA, read_step_log
-from dspy_pxn import simulation as sim
-from dspy_pxn.latency_server import LatencyServer
+from dspy_pxn import testing as sim
 from dspy_pxn.resume import load_saved_state
+from dspy_pxn.testing import LatencyServer
 from tests.conftest import seed_program
 
 SETTINGS = dict(p=2, n=2, max_metric_calls=150, num_threads=8, seed=5)
@@ -23,7 +23,7 @@ SPLITS = dict(seed=0, train=24, val=8, test=1)
 
 RUN_SCRIPT = textwrap.dedent('''
     import sys, dspy
-    from dspy_pxn import BatchedGEPA, simulation as sim
+    from dspy_pxn import BatchedGEPA, testing as sim
     url, log_dir = sys.argv[1], sys.argv[2]
     def lm(kind):
         return dspy.LM(f"openai/sim-{kind}", api_base=url, api_key="sim", cache=False, temperature=0.0,

@@ -9,8 +9,8 @@ import dspy
 import pytest
 
 from dspy_pxn import BatchedGEPA
-from dspy_pxn import simulation as sim
-from dspy_pxn.latency_server import LatencyServer
+from dspy_pxn import testing as sim
+from dspy_pxn.testing import LatencyServer
 
 ENV_KEY = "sk-env-FAKE-0123456789abcdef"
 ARG_KEY = "sk-arg-FAKE-fedcba9876543210"

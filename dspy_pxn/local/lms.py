@@ -1,7 +1,7 @@
 """The one place that turns an LM spec into a ``dspy.LM``.
 
 Specs: any litellm model string (``openai/gpt-4.1-mini``, ``anthropic/claude-sonnet-4-5``, ...), or
-``local`` / ``local:<model>`` for the embedded llama.cpp server (see ``dspy_pxn.local_lm``).
+``local`` / ``local:<model>`` for the embedded llama.cpp server (see ``dspy_pxn.local.server``).
 
 Why one place: the CLI, examples and benchmarks must agree on role defaults, on the litellm
 engine (dspy 3.4's default "auto" engine bypasses litellm for ``openai/`` with an ``api_base``),
@@ -22,9 +22,13 @@ from typing import Any, Literal
 # Before litellm is first imported: use the bundled cost map instead of fetching it (no network).
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from dspy_pxn.local_lm import DEFAULT_MODEL, MODELS, LocalLMError, LocalLMServer, get_model, probe
+from dspy_pxn.local.models import DEFAULT_MODEL, MODELS, LocalLMError, get_model
+from dspy_pxn.local.server import LocalLMServer, probe
 
-__all__ = ["ROLE_DEFAULTS", "LMSpec", "LMSpecError", "build_lm", "local_server", "parse_spec", "stop_local_servers"]
+__all__ = [
+    "ROLE_DEFAULTS", "LMSpec", "LMSpecError", "build_lm", "cache_per_endpoint", "local_server", "parse_spec",
+    "probe_endpoint", "stop_local_servers",
+]
 
 log = logging.getLogger(__name__)
 Role = Literal["task", "reflection"]
@@ -181,3 +185,41 @@ def build_lm(spec: str, role: Role = "task", **kw: Any):  # -> dspy.LM
         lm = dspy.LM(parsed.model, **settings)
     log.info("built %s LM %s", role, lm.model)  # model name only: kwargs may hold an api_key
     return lm
+
+
+def probe_endpoint(url: str, flag: str = "--api-base", timeout: float = 5.0) -> None:
+    """Fail now, in one line, when nothing answers at ``url``: otherwise every rollout would fail later.
+
+    Any HTTP answer (even 401/404) means a server is there; only a refused or timed-out
+    connection is an error. Loopback is probed without any configured proxy.
+    """
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    host = urllib.parse.urlparse(url).hostname or ""
+    if not host:
+        raise LMSpecError(f"{flag} {url!r} is not a URL; write it like http://127.0.0.1:8000/v1.")
+    loopback = host in ("127.0.0.1", "localhost", "::1")
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({})) if loopback else urllib.request.build_opener()
+    try:
+        opener.open(url.rstrip("/") + "/models", timeout=timeout).close()
+    except urllib.error.HTTPError:
+        return
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        raise LMSpecError(f"{flag} {url} is unreachable ({reason}); start the server or fix the URL.") from None
+
+
+def cache_per_endpoint(api_base: str | None) -> None:
+    """With DSPy's cache on: DSPy's cache keys leave out the endpoint, so each endpoint gets its own disk cache;
+    otherwise a run against one server would be answered with another server's replies."""
+    if not api_base:
+        return
+    import hashlib
+
+    import dspy
+    from dspy.clients import DISK_CACHE_DIR
+
+    folder = os.path.join(DISK_CACHE_DIR, "endpoints", hashlib.sha256(api_base.encode()).hexdigest()[:16])
+    dspy.configure_cache(disk_cache_dir=folder)

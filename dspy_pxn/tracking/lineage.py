@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gepa.core.state import GEPAState
-from gepa.gepa_utils import remove_dominated_programs
+
+from dspy_pxn.strategies import pareto_front_programs
 
 PROPOSALS_LOG_NAME = "proposals.jsonl"
 
@@ -145,8 +146,7 @@ class LineageObserver:
 
 
 def candidate_table(state: GEPAState, best_idx: int, step_of: dict[int, int]) -> list[CandidateRecord]:
-    front = remove_dominated_programs(state.get_pareto_front_mapping(), scores=state.per_program_tracked_scores)
-    on_front = {program for programs in front.values() for program in programs}
+    on_front = set(pareto_front_programs(state))
     return [
         CandidateRecord(
             candidate=idx,

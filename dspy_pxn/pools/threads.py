@@ -1,4 +1,4 @@
-"""One pool of W workers shared by every rollout and reflection of a run.
+"""The default worker pool: W threads in this process, shared by every rollout and reflection.
 
 Upstream splits ``num_threads`` statically across the candidates of a batch, so a
 30-example validation gets the same share as a 3-example minibatch and straggles.
@@ -13,30 +13,12 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import TypeVar
+
+from dspy_pxn.checks import positive_int
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-
-@runtime_checkable
-class WorkerPool(Protocol):
-    """What the optimizer needs from a pool: ordered map, size, usage counters, close.
-
-    ``map`` runs rollouts wherever the pool's workers are (for a remote pool, ``fn`` and the
-    items must be picklable); ``map_local`` runs work that must stay in this process, such
-    as reflection, which reads the optimizer's state.
-    """
-
-    num_workers: int
-
-    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]: ...
-
-    def map_local(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]: ...
-
-    def busy_seconds(self) -> float: ...
-
-    def close(self) -> None: ...
 
 
 class ThreadWorkerPool:
@@ -48,9 +30,7 @@ class ThreadWorkerPool:
     """
 
     def __init__(self, num_workers: int):
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
-            raise ValueError(f"num_workers must be an int >= 1, got {num_workers!r}.")
-        self.num_workers = num_workers
+        self.num_workers = positive_int("num_workers", num_workers)
         self._executor = ThreadPoolExecutor(max_workers=num_workers, thread_name_prefix="dspy-pxn")
         self._lock = threading.Lock()
         self._busy = 0.0

@@ -30,8 +30,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import dspy
+
+from dspy_pxn.checks import positive_int
 from dspy_pxn.limits import LMCallCounts, LMCallLimiter
-from dspy_pxn.pool import ThreadWorkerPool
+from dspy_pxn.pools import ThreadWorkerPool
 from dspy_pxn.usage import UsageMeter
 
 T = TypeVar("T")
@@ -95,11 +97,10 @@ class RayWorkerPool:
         max_task_retries: int = 2,
         init_kwargs: dict[str, Any] | None = None,
     ):
-        for name, value in (("max_concurrency", max_concurrency), ("max_task_retries", max_task_retries + 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}.")
-        if actors is not None and (isinstance(actors, bool) or not isinstance(actors, int) or actors < 1):
-            raise ValueError(f"actors must be a positive int or None, got {actors!r}.")
+        positive_int("max_concurrency", max_concurrency)
+        if isinstance(max_task_retries, bool) or not isinstance(max_task_retries, int) or max_task_retries < 0:
+            raise ValueError(f"max_task_retries must be an int >= 0, got {max_task_retries!r}.")
+        positive_int("actors", actors, "None: one actor per CPU of the cluster.", or_none=True)
         ray = _require_ray()
         self._ray = ray
         self._owns_ray = False

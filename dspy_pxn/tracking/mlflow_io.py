@@ -16,9 +16,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import fields
 from typing import TYPE_CHECKING
 
-from dspy_pxn import runlog
-from dspy_pxn.runlog import Baseline, RunManifest
 from dspy_pxn.steps import STEP_LOG_NAME, StepRecord
+from dspy_pxn.tracking import runlog
+from dspy_pxn.tracking.runlog import Baseline, RunManifest
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient

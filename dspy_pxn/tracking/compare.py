@@ -3,7 +3,7 @@
 ``compare_experiment`` reads the runs of an MLflow experiment through the MLflow API
 (so it works on runs logged live, imported later, or by another machine), draws one
 line per run in three PNGs and writes a markdown table with the speed-up over the 1×1
-run. ``plot_run`` draws a single run's own figures from its StepRecords (artifacts).
+run of the same setup.
 """
 
 from __future__ import annotations
@@ -13,10 +13,8 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dspy_pxn.runlog import Baseline
-from dspy_pxn.steps import StepRecord
+from dspy_pxn.tracking.plots import DPI, FIGSIZE, pyplot
 
-FIGSIZE, DPI = (7.0, 4.5), 100  # 700 x 450 px
 PLOTS = {
     "metric_calls": ("val_vs_metric_calls.png", "metric calls"),
     "elapsed_s": ("val_vs_wall_clock.png", "wall-clock (s)"),
@@ -87,8 +85,8 @@ def load_runs(experiment: str, tracking_uri: str | None = None, parent_run_id: s
     """The dspy-pxn runs (not sweep parents) of ``experiment``, oldest first."""
     from mlflow import MlflowClient
 
-    from dspy_pxn.mlflow_io import CONFIG_TAG, KIND_TAG, PARENT_TAG
-    from dspy_pxn.tracking import default_tracking_uri
+    from dspy_pxn.tracking.config import default_tracking_uri
+    from dspy_pxn.tracking.mlflow_io import CONFIG_TAG, KIND_TAG, PARENT_TAG
 
     uri = tracking_uri or default_tracking_uri()
     client = MlflowClient(uri)
@@ -141,15 +139,6 @@ def load_runs(experiment: str, tracking_uri: str | None = None, parent_run_id: s
 
 
 # ----------------------------------------------------------------------------- figures and table
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _labels(runs: Sequence[RunResult]) -> list[str]:
     """Run names, made unique with a short run id where two runs share one."""
     names = [run.name for run in runs]
@@ -161,7 +150,7 @@ def _labels(runs: Sequence[RunResult]) -> list[str]:
 
 def plot_comparison(runs: Sequence[RunResult], out_dir: str) -> list[str]:
     """Best validation score against metric calls, wall-clock and dollars; one line per run."""
-    plt = _pyplot()
+    plt = pyplot()
     os.makedirs(out_dir, exist_ok=True)
     paths = []
     labels = _labels(runs)
@@ -280,45 +269,3 @@ def compare_experiment(
             "BatchedGEPA(..., mlflow=True, experiment=...) or dspy_pxn.tracking.import_step_log(log_dir)."
         )
     return compare_runs(runs, out_dir)
-
-
-# ----------------------------------------------------------------------------- one run's figures
-def plot_run(steps: Sequence[StepRecord], baseline: Baseline | None, started_at: float, out_dir: str) -> list[str]:
-    """A run's own artifacts: val scores against metric calls, and where each step's time went."""
-    plt = _pyplot()
-    os.makedirs(out_dir, exist_ok=True)
-    calls = [s.metric_calls_total for s in steps]
-    best = [s.best_val for s in steps]
-    mean = [s.mean_val for s in steps]
-    if baseline is not None:
-        calls, best, mean = [baseline.metric_calls, *calls], [baseline.val_score, *best], [baseline.val_score, *mean]
-    fig, ax = plt.subplots(figsize=FIGSIZE, dpi=DPI)
-    ax.plot(calls, best, drawstyle="steps-post", marker="o", markersize=3, label="best val")
-    ax.plot(calls, mean, marker=".", alpha=0.7, label="mean val of the pool")
-    ax.set_xlabel("metric calls")
-    ax.set_ylabel("validation score")
-    ax.set_title("Validation score vs metric calls")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small", loc="lower right")
-    fig.tight_layout()
-    scores = os.path.join(out_dir, "val_vs_metric_calls.png")
-    fig.savefig(scores)
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=FIGSIZE, dpi=DPI)
-    index = [s.step for s in steps]
-    bottom = [0.0] * len(steps)
-    for phase in ("reflection_s", "screening_s", "validation_s"):
-        values = [getattr(s, phase) for s in steps]
-        ax.bar(index, values, bottom=bottom, label=phase.removesuffix("_s"))
-        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-    ax.plot(index, [s.wall_s for s in steps], color="black", marker="o", markersize=3, label="step wall-clock")
-    ax.set_xlabel("step")
-    ax.set_ylabel("seconds")
-    ax.set_title("Where each step's time went")
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    phases = os.path.join(out_dir, "step_times.png")
-    fig.savefig(phases)
-    plt.close(fig)
-    return [scores, phases]

@@ -1,4 +1,4 @@
-"""Loopback OpenAI-compatible server that answers like `simulation.respond`, slowly on purpose.
+"""Loopback OpenAI-compatible server that answers like ``responder.respond``, slowly on purpose.
 
 A parallel optimiser's speed-up only shows when LM calls take wall-clock time
 and the real client stack (dspy.LM -> litellm -> openai SDK -> HTTP) is in the
@@ -6,7 +6,7 @@ loop; an in-process fake would hide both. The server runs in its own process
 (`LatencyServer`) so its threads never compete with the optimiser for a GIL,
 and it counts calls and peak concurrency so tests can *measure* parallelism.
 
-What it can answer (``simulation.respond``): the synthetic rule task ("Apply rule zorp
+What it can answer (``responder.respond``): the synthetic rule task ("Apply rule zorp
 to 7.") through any DSPy program whose predictors take the question, the reflection
 prompts GEPA sends about it (an instruction rewrite, its shortening, and a dspy.Flex
 code revision), in DSPy's ChatAdapter or JSONAdapter format. What it cannot answer:
@@ -16,7 +16,7 @@ wiring, not their learning. ``dspy-pxn optimize sim`` runs the synthetic task on
 
 CLI::
 
-    python -m dspy_pxn.latency_server --port 0 --task-latency 0.5 --reflection-latency 2.0
+    python -m dspy_pxn.testing.latency_server --port 0 --task-latency 0.5 --reflection-latency 2.0
 
 prints exactly one line ``READY http://127.0.0.1:<port>/v1`` once listening.
 """
@@ -24,7 +24,7 @@ prints exactly one line ``READY http://127.0.0.1:<port>/v1`` once listening.
 from __future__ import annotations
 
 import argparse
-import hashlib
+import importlib
 import json
 import os
 import select
@@ -36,103 +36,43 @@ import threading
 import time
 import urllib.request
 from collections import Counter
-from dataclasses import asdict, dataclass, fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-if __package__ in (None, ""):  # allow `python path/to/latency_server.py`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from dspy_pxn.testing import responder
+from dspy_pxn.testing.responder import respond
+from dspy_pxn.testing.wire import CallStats, chat_completion_body
 
-from dspy_pxn import simulation
-from dspy_pxn.simulation import CallStats, chat_completion_body, respond
-
-__all__ = ["FAULT_KINDS", "Faults", "LatencyServer", "SimServer", "main", "serve"]
+__all__ = ["INJECTED_REPLIES", "FaultInjector", "LatencyServer", "SimServer", "main", "serve"]
 
 HOST = "127.0.0.1"
 
-FAULT_KINDS = ("error_500", "rate_limit_429", "hang", "malformed", "truncated", "empty", "persistent_500")
+# The faulty replies the server can send when a FaultInjector asks for one.
+INJECTED_REPLIES = ("error_500", "rate_limit_429", "hang", "malformed", "truncated", "empty", "persistent_500")
 
 
-@dataclass(frozen=True)
-class Faults:
-    """Deterministic-by-seed fault injection, one draw per HTTP request.
+class FaultInjector(Protocol):
+    """Decides which requests get an injected fault (tests' ``tests/faults.py`` has one).
 
-    Each rate is the probability that a request gets that fault (they are disjoint:
-    their sum is the faulty fraction). The draw hashes ``seed``, the request's
-    messages and how many times this server has seen those exact messages, so the
-    same run against the same server gets the same faults whatever the thread
-    interleaving, and a retry of a request gets a fresh, independent draw:
-
-    - ``error_500``: HTTP 500 at once (retryable; no Retry-After).
-    - ``rate_limit_429``: HTTP 429 with ``Retry-After: retry_after_s`` (retryable).
-    - ``hang``: the reply is held for ``hang_s`` (set it past the client timeout).
-    - ``malformed``: a 200 whose content has none of DSPy's ``[[ ## field ## ]]`` markers.
-    - ``truncated``: a 200 cut mid-way with ``finish_reason="length"``.
-    - ``empty``: a 200 with empty content.
-    - ``persistent_500``: a fraction of *distinct requests* that get 500 on every
-      attempt, so a client's retries run out and the call finally fails.
-
-    ``kinds`` limits injection to task and/or reflection calls.
+    ``draw`` names the reply for the ``attempt``-th request with messages ``key`` (None:
+    answer normally): one of ``INJECTED_REPLIES``. The server knows how to send each; the
+    injector, which runs in the server's process, is rebuilt there from ``to_json()``.
     """
 
-    error_500: float = 0.0
-    rate_limit_429: float = 0.0
-    hang: float = 0.0
-    malformed: float = 0.0
-    truncated: float = 0.0
-    empty: float = 0.0
-    persistent_500: float = 0.0
-    retry_after_s: float = 0.05
-    hang_s: float = 30.0
-    seed: int = 0
-    kinds: tuple[str, ...] = ("task", "reflection")
+    active: bool
+    retry_after_s: float  # the Retry-After of a rate_limit_429
+    hang_s: float  # how long a hang holds the request
 
-    def __post_init__(self) -> None:
-        rates = [getattr(self, k) for k in FAULT_KINDS]
-        if any(not 0.0 <= r <= 1.0 for r in rates) or sum(rates[:-1]) > 1.0:
-            raise ValueError(f"fault rates must be in [0, 1] and the per-attempt ones sum to <= 1, got {self}")
-        object.__setattr__(self, "kinds", tuple(self.kinds))
+    def draw(self, kind: str, key: str, attempt: int) -> str | None: ...
 
-    @classmethod
-    def uniform(cls, fraction: float, **kw: Any) -> Faults:
-        """``fraction`` of requests faulty, split evenly over the six per-attempt fault kinds."""
-        share = fraction / 6
-        return cls(error_500=share, rate_limit_429=share, hang=share, malformed=share, truncated=share,
-                   empty=share, **kw)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str) -> Faults:
-        data = json.loads(text)
-        unknown = set(data) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown fault settings {sorted(unknown)}")
-        return cls(**data)
-
-    @property
-    def active(self) -> bool:
-        return any(getattr(self, k) > 0 for k in FAULT_KINDS)
-
-    def draw(self, kind: str, key: str, attempt: int) -> str | None:
-        """The fault for the ``attempt``-th request with messages ``key`` (None: answer normally)."""
-        if kind not in self.kinds or not self.active:
-            return None
-        if self.persistent_500 and _unit(f"{self.seed}|persistent|{key}") < self.persistent_500:
-            return "persistent_500"
-        u = _unit(f"{self.seed}|{attempt}|{key}")
-        for name in FAULT_KINDS[:-1]:
-            rate = getattr(self, name)
-            if u < rate:
-                return name
-            u -= rate
-        return None
+    def to_json(self) -> str: ...
 
 
-def _unit(text: str) -> float:
-    return int.from_bytes(hashlib.sha256(text.encode("utf-8", "replace")).digest()[:8], "big") / 2.0**64
+def _load_injector(path: str, config: str) -> FaultInjector:
+    """``module:Class`` and its JSON settings, as the parent process described its injector."""
+    module_name, _, class_name = path.partition(":")
+    return getattr(importlib.import_module(module_name), class_name).from_json(config)
 
 
 class SimServer(ThreadingHTTPServer):
@@ -151,13 +91,13 @@ class SimServer(ThreadingHTTPServer):
         task_latency: float = 0.0,
         reflection_latency: float = 0.0,
         reflection_error_rate: float | None = None,
-        faults: Faults | None = None,
+        faults: FaultInjector | None = None,
     ) -> None:
         super().__init__((HOST, port), _Handler)
         self.task_latency = task_latency
         self.reflection_latency = reflection_latency
         self.reflection_error_rate = reflection_error_rate
-        self.faults = faults or Faults()
+        self.faults = faults
         self.call_stats = CallStats()
         self._meta_lock = threading.Lock()
         # Every chat request, faulty or not: what a provider's concurrency limit counts.
@@ -182,18 +122,18 @@ class SimServer(ThreadingHTTPServer):
         with self._meta_lock:
             snap["clients"] = dict(self.clients)
             snap["streamed"] = self.streamed
-            snap["faults"] = {k: self.fault_counts.get(k, 0) for k in FAULT_KINDS}
+            snap["faults"] = {k: self.fault_counts.get(k, 0) for k in INJECTED_REPLIES}
             snap["faults"]["total"] = sum(self.fault_counts.values())
         snap["requests"] = self.requests.snapshot()
         snap["config"] = {
             "task_latency": self.task_latency,
             "reflection_latency": self.reflection_latency,
             "reflection_error_rate": (
-                simulation.DEFAULT_REFLECTION_ERROR_RATE
+                responder.DEFAULT_REFLECTION_ERROR_RATE
                 if self.reflection_error_rate is None
                 else self.reflection_error_rate
             ),
-            "faults": asdict(self.faults),
+            "faults": json.loads(self.faults.to_json()) if self.faults is not None else {},
         }
         return snap
 
@@ -283,7 +223,7 @@ class _Handler(BaseHTTPRequestHandler):
         kind, content = respond(messages, reflection_error_rate=srv.reflection_error_rate)
         with srv.requests.track(kind):
             fault = None
-            if srv.faults.active:
+            if srv.faults is not None and srv.faults.active:
                 key = json.dumps(messages, sort_keys=True)
                 with srv._meta_lock:
                     attempt = srv._seen[key]
@@ -379,7 +319,7 @@ def serve(
     task_latency: float = 0.0,
     reflection_latency: float = 0.0,
     reflection_error_rate: float | None = None,
-    faults: Faults | None = None,
+    faults: FaultInjector | None = None,
 ) -> None:
     """Run until killed, announcing the URL on stdout only once the socket is listening."""
     server = SimServer(
@@ -405,19 +345,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reflection-latency", type=float, default=0.0, help="seconds per reflection call")
     parser.add_argument(
         "--reflection-error-rate", type=float, default=None,
-        help=f"probability a reflection garbles its new definition (default {simulation.DEFAULT_REFLECTION_ERROR_RATE})",
+        help=f"probability a reflection garbles its new definition (default {responder.DEFAULT_REFLECTION_ERROR_RATE})",
     )
-    parser.add_argument(
-        "--faults", default=None,
-        help='fault injection as JSON, e.g. \'{"error_500": 0.05, "rate_limit_429": 0.05, "seed": 1}\' (see Faults)',
-    )
+    parser.add_argument("--fault-injector", default=None, help="module:Class of a FaultInjector (with --faults)")
+    parser.add_argument("--faults", default=None, help="the injector's settings as JSON (its to_json())")
     args = parser.parse_args(argv)
     serve(
         args.port,
         task_latency=args.task_latency,
         reflection_latency=args.reflection_latency,
         reflection_error_rate=args.reflection_error_rate,
-        faults=Faults.from_json(args.faults) if args.faults else None,
+        faults=_load_injector(args.fault_injector, args.faults or "{}") if args.fault_injector else None,
     )
 
 
@@ -442,7 +380,7 @@ class LatencyServer:
         task_latency: float = 0.0,
         reflection_latency: float = 0.0,
         reflection_error_rate: float | None = None,
-        faults: Faults | None = None,
+        faults: FaultInjector | None = None,
         port: int = 0,
         startup_timeout: float = 30.0,
     ) -> None:
@@ -462,19 +400,22 @@ class LatencyServer:
         if self._proc is not None:
             return self
         cmd = [
-            sys.executable, "-m", "dspy_pxn.latency_server",
+            sys.executable, "-m", "dspy_pxn.testing.latency_server",
             "--port", str(self.port),
             "--task-latency", str(self.task_latency),
             "--reflection-latency", str(self.reflection_latency),
         ]
         if self.reflection_error_rate is not None:
             cmd += ["--reflection-error-rate", str(self.reflection_error_rate)]
+        # Make `dspy_pxn` (and the fault injector's package) importable in the child however the parent found them.
+        roots = [str(Path(__file__).resolve().parents[2])]
         if self.faults is not None:
-            cmd += ["--faults", self.faults.to_json()]
+            injector = type(self.faults)
+            cmd += ["--fault-injector", f"{injector.__module__}:{injector.__qualname__}", "--faults", self.faults.to_json()]
+            package = sys.modules[injector.__module__.partition(".")[0]]
+            roots.append(str(Path(package.__file__).resolve().parents[1 if package.__file__.endswith("__init__.py") else 0]))
         env = dict(os.environ)
-        # Make `dspy_pxn` importable in the child however the parent found it.
-        root = str(Path(__file__).resolve().parents[1])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (*roots, env.get("PYTHONPATH", "")) if p)
         env.setdefault("PYTHONUNBUFFERED", "1")
         # stderr to a file, not a pipe: nobody drains it while the server runs.
         self._stderr = tempfile.TemporaryFile(mode="w+", prefix="latency_server_", suffix=".err")

@@ -1,0 +1,94 @@
+"""What the command line prints: durations, the per-step progress line, the run's summary."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from dspy_pxn.steps import StepRecord
+from dspy_pxn.usage import answered_from_cache
+
+
+def duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    minutes = seconds / 60
+    return f"{minutes:.1f} min" if minutes < 120 else f"{minutes / 60:.2f} h"
+
+
+BAR_WIDTH = 20
+
+
+def budget_bar(used: int, budget: int) -> str:
+    """The budget spent so far as a bar: a run ends when its metric calls do, not after N steps."""
+    filled = min(BAR_WIDTH, round(BAR_WIDTH * used / budget)) if budget > 0 else 0
+    return "[" + "#" * filled + "." * (BAR_WIDTH - filled) + "]"
+
+
+def progress_line(record: StepRecord) -> str:
+    """One line per step: where the budget is, how good the best program is, what this step kept."""
+    return (f"step {record.step:>3} {budget_bar(record.metric_calls_total, record.budget)} "
+            f"metric calls {record.metric_calls_total:>5}/{record.budget} | "
+            f"best val {record.best_val:.3f} | accepted {record.accepted}/{record.proposals} | "
+            f"{record.wall_s:.1f} s")
+
+
+def printer(out: TextIO) -> Callable[[StepRecord], None]:
+    def sink(record: StepRecord) -> None:
+        print(progress_line(record), file=out, flush=True)
+
+    return sink
+
+
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What the summary prints: the optimized program, its results, and the seed's held-out score."""
+
+    program: Any
+    seed_test: float | None
+    program_path: str
+    tracking_uri: str | None
+    experiment: str | None
+
+
+def score(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def summary(outcome: RunOutcome) -> str:
+    """Seed vs optimized on val and test, time, calls, cost, instructions, and where everything went."""
+    results = outcome.program.detailed_results
+    seed_val, best_val = results.val_aggregate_scores[0], results.val_aggregate_scores[results.best_idx]
+    usage = results.usage
+    cost = (f"${usage.cost_usd:.4f}" if usage.cost_usd is not None
+            else "n/a (no price for these models in litellm's map; local models are free)")
+    lines = [
+        "",
+        "== summary ==",
+        f"val:  seed {score(seed_val)} -> optimized {score(best_val)}",
+        f"test: seed {score(outcome.seed_test)} -> optimized {score(results.test_score)}",
+        (f"wall-clock {duration(results.wall_s)} (search), {len(results.steps)} steps, "
+         f"{results.total_metric_calls}/{results.budget} metric calls, {len(results.candidates)} candidates"),
+        f"cost {cost}; {usage.lm_calls} LM calls, {usage.prompt_tokens} prompt + {usage.completion_tokens} completion tokens",
+        *([f"note: only {usage.lm_calls} LM calls for {results.total_metric_calls} metric calls: most answers came "
+           "from DSPy's cache (--cache), so the wall-clock and cost above are not a fresh run's."]
+          if answered_from_cache(usage, results.total_metric_calls) else []),
+        "optimized instructions:",
+    ]
+    for name, predictor in outcome.program.named_predictors():
+        text = predictor.signature.instructions.strip().replace("\n", "\n    ")
+        lines.append(f"  [{name}]\n    {text}")
+    if results.best_idx == 0:
+        lines.append("  (no proposal beat the seed: the optimized program is the seed program)")
+    lines.append(f"saved program: {outcome.program_path} (load with program.load(path))")
+    if results.mlflow_run_id:
+        lines.append(f"MLflow run {results.mlflow_run_id} in experiment {outcome.experiment!r} at {outcome.tracking_uri} "
+                     f"(browse: mlflow ui --backend-store-uri {outcome.tracking_uri})")
+    elif outcome.tracking_uri:
+        lines.append(f"MLflow tracking did not reach {outcome.tracking_uri}; import later with "
+                     f"dspy-pxn mlflow-import {os.path.dirname(outcome.program_path)}")
+    return "\n".join(lines)

@@ -1,0 +1,134 @@
+"""`dspy-pxn plan`, `compare` and `mlflow-import`: the runtime model's ranking, and MLflow's runs read back."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import tempfile
+
+from dspy_pxn.budget import RunShape
+from dspy_pxn.cli.errors import UsageError
+from dspy_pxn.cli.output import duration
+from dspy_pxn.runtime_model import DEFAULT_SHAPES, RuntimeModel, parse_shapes
+from dspy_pxn.selection import parse as parse_selection
+from dspy_pxn.steps import STEP_LOG_NAME, StepRecord, read_step_log
+
+# Without a finished run to fit, the planner assumes the paper's regime: reflection 4x a
+# task call, and LiveBench-Math's 1×1 acceptance (17% of iterations validated).
+ASSUMED_TASK_S = 1.0
+ASSUMED_REFLECTION_S = 4.0
+ASSUMED_ACCEPTANCE = 0.17
+
+
+def steps_from_run(run: str, tracking_uri: str | None = None) -> list[StepRecord]:
+    """Step records of a finished run: a log_dir, its steps.jsonl, or an MLflow run id."""
+    path = run[: -len(STEP_LOG_NAME)] if run.endswith(STEP_LOG_NAME) else run
+    if not os.path.isdir(path or "."):
+        if re.fullmatch(r"[0-9a-f]{32}", run):
+            return steps_from_mlflow(run, tracking_uri)
+        raise UsageError(
+            f"--from-run {run!r} is neither a directory nor an MLflow run id; pass the log_dir of a finished "
+            "BatchedGEPA run or the run id MLflow shows."
+        )
+    steps = read_step_log(path or ".")
+    if not steps:
+        raise UsageError(f"--from-run {run!r} has no {STEP_LOG_NAME}; run BatchedGEPA(..., log_dir=...) first.")
+    return steps
+
+
+def steps_from_mlflow(run_id: str, tracking_uri: str | None) -> list[StepRecord]:
+    """The step log a tracked run stored as an artifact (every tracked run has one)."""
+    try:
+        import mlflow
+    except ImportError:
+        raise UsageError("reading an MLflow run needs mlflow: pip install -e '.[mlflow]'") from None
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            local = mlflow.artifacts.download_artifacts(
+                run_id=run_id, artifact_path=STEP_LOG_NAME, dst_path=tmp, tracking_uri=tracking_uri
+            )
+        except Exception as error:  # noqa: BLE001 - any MLflow failure is the same user mistake
+            raise UsageError(
+                f"--from-run {run_id}: cannot read {STEP_LOG_NAME} from MLflow ({type(error).__name__}); "
+                "check --tracking-uri and the run id."
+            ) from None
+        steps = read_step_log(os.path.dirname(local))
+    if not steps:
+        raise UsageError(f"--from-run {run_id}: the run's {STEP_LOG_NAME} is empty; did it finish a step?")
+    return steps
+
+
+def describe_fit(model: RuntimeModel, steps: list[StepRecord]) -> str:
+    """Predicted vs measured for the fitted run itself, so the user sees how far to trust the plan."""
+    first, last = steps[0], steps[-1]
+    if not (first.num_workers and first.val_size and first.minibatch_size and first.started_at):
+        return ""
+    shape = RunShape(workers=first.num_workers, budget=first.budget, val_size=first.val_size,
+                     minibatch_size=first.minibatch_size)
+    predicted = model.predict(first.p, first.n, shape)
+    seed_validation = math.ceil(shape.val_size / shape.workers) * model.task_s
+    measured = last.started_at + last.wall_s - first.started_at
+    model_steps = predicted.wall_s - seed_validation
+    return (f"fit check on that run ({first.p}×{first.n}): its {len(steps)} steps took {duration(measured)}; "
+            f"the model predicts {predicted.iterations} steps in {duration(model_steps)} "
+            f"({(model_steps - measured) / measured:+.0%})")
+
+
+
+def plan_command(args: argparse.Namespace) -> int:
+    shape = RunShape(workers=args.workers, budget=args.budget, val_size=args.val_size,
+                     minibatch_size=args.minibatch_size)
+    fit_check = ""
+    if args.from_run:
+        steps = steps_from_run(args.from_run, args.tracking_uri)
+        model = RuntimeModel.fit(steps)
+        source = f"fitted from {args.from_run}"
+        fit_check = describe_fit(model, steps)
+    else:
+        model = RuntimeModel(task_s=args.task_latency, reflection_s=args.reflection_latency,
+                             acceptance=args.acceptance)
+        source = "assumed (pass --from-run LOG_DIR to fit a finished run)"
+    shapes = parse_shapes(args.shapes) if args.shapes else list(DEFAULT_SHAPES)
+    selection = parse_selection(args.selection)
+    ranked = model.plan(shape, shapes, selection)[: args.top]
+
+    print(f"model {source}: T_e={model.task_s:.3g} s, T_r={model.reflection_s:.3g} s, "
+          f"acceptance a={model.acceptance:.3f}, step overhead {model.step_overhead_s:.3g} s")
+    print(f"W={shape.workers}, B={shape.budget}, |val|={shape.val_size}, m={shape.minibatch_size}, "
+          f"selection={ranked[0].selection}; floor B*T_e/W = {duration(model.floor(shape))}")
+    if fit_check:
+        print(fit_check)
+    print()
+    print("| rank | P×N | predicted wall | x floor | iterations | validation-trigger | metric calls | binds |")
+    print("|---|---|---|---|---|---|---|---|")
+    for rank, p in enumerate(ranked, 1):
+        print(f"| {rank} | {p.p}×{p.n} | {duration(p.wall_s)} | {p.x_floor:.2f} | {p.iterations} "
+              f"| {p.validation_trigger_fraction:.2f} | {p.metric_calls:.0f} | {p.binding} |")
+    best = ranked[0]
+    print(f"\npick {best.p}×{best.n}: {duration(best.wall_s)}, {best.iterations} iterations; "
+          f"bound by {best.binding}.")
+    return 0
+
+
+def compare_command(args: argparse.Namespace) -> int:
+    from dspy_pxn.tracking.compare import compare_experiment
+
+    comparison = compare_experiment(args.experiment, args.out, args.tracking_uri, parent_run_id=args.sweep)
+    print(comparison.table)
+    print(f"\nwrote {comparison.table_path} and {', '.join(comparison.plots)}")
+    return 0
+
+
+def import_command(args: argparse.Namespace) -> int:
+    from dspy_pxn.tracking import import_step_log
+
+    try:
+        imported = import_step_log(args.log_dir, args.tracking_uri, args.experiment)
+    except FileNotFoundError as error:
+        raise UsageError(str(error)) from None
+    for run in imported:
+        action = "completed" if run.resumed else "created"
+        print(f"{run.log_dir}: {action} MLflow run {run.run_id} ({run.steps_logged} steps logged)")
+    return 0

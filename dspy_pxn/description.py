@@ -1,0 +1,116 @@
+"""A compile, described once: what tracking logs as its parameters and what a resume must match.
+
+Tracking (MLflow params, the comparison's "same setup" check) and resume (refusing to
+continue a run under other settings) both need to say what a run *is*. They used to
+collect it separately from the optimizer's attributes; now the optimizer writes one
+``RunDescription`` per compile and each reads its own view of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from dspy.primitives import Example
+
+
+def digest(items: Sequence[Any]) -> str:
+    """Order-sensitive fingerprint of examples or texts (reordering a set changes the run too)."""
+    hasher = hashlib.sha256()
+    for item in items:
+        text = json.dumps(dict(item.toDict()), sort_keys=True, default=str) if isinstance(item, Example) else str(item)
+        hasher.update(text.encode())
+        hasher.update(b"\0")
+    return hasher.hexdigest()[:16]
+
+
+def lm_name(lm: Any) -> str:
+    """The model string only: an LM's kwargs hold api_key and api_base, which are never logged."""
+    if lm is None:
+        return "none"
+    return str(getattr(lm, "model", None) or type(lm).__name__)
+
+
+def lm_identity(lm: Any) -> str:
+    """Which model answers, and where: ``model @ endpoint``. Never a key, nor credentials in a URL.
+
+    The endpoint is the LM's ``api_base``/``base_url``, else litellm's ``<PROVIDER>_API_BASE``
+    environment variable, which is where litellm sends the call when none is given.
+    """
+    if lm is None:
+        return "none"
+    model = lm_name(lm)
+    kwargs = getattr(lm, "kwargs", None) or {}
+    provider = model.split("/", 1)[0].upper() if "/" in model else "OPENAI"
+    endpoint = kwargs.get("api_base") or kwargs.get("base_url") or os.environ.get(f"{provider}_API_BASE")
+    if not endpoint:
+        return model
+    parts = urlsplit(str(endpoint))
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return f"{model} @ {urlunsplit((parts.scheme, host, parts.path, '', ''))}"
+
+
+@dataclass(frozen=True)
+class RunDescription:
+    """What one compile is: its P×N step, budget, pool, program, data and LMs."""
+
+    p: int
+    n: int
+    selection: str  # dspy_pxn.selection.label
+    minibatch_size: int
+    seed: int | None
+    use_merge: bool
+    candidate_selection: str
+    budget: int
+    num_workers: int
+    program: str
+    predictors: int
+    code_components: int
+    dataset: str
+    trainset_size: int
+    valset_size: int
+    testset_size: int
+    task_lms: tuple[Any, ...]  # the LM objects themselves: names for params, identities for resume
+    reflection_lm: Any  # None: a custom instruction proposer reflects
+    trainset_digest: str
+    valset_digest: str
+    seed_candidate_digest: str
+
+    @property
+    def label(self) -> str:
+        """How runs are named and compared: '4x4', '16x1 best', '8x2 top-2'."""
+        return f"{self.p}x{self.n}" + ("" if self.selection == "all" else f" {self.selection}")
+
+    def params(self) -> dict[str, str]:
+        """What distinguishes one configuration from another, as tracking parameters (no keys, no endpoints)."""
+        values = {
+            "p": self.p, "n": self.n, "num_workers": self.num_workers, "budget": self.budget, "seed": self.seed,
+            "selection": self.selection, "reflection_minibatch_size": self.minibatch_size,
+            "candidate_selection_strategy": self.candidate_selection, "use_merge": self.use_merge,
+            "task_lm": ",".join(sorted({lm_name(lm) for lm in self.task_lms})),
+            "reflection_lm": lm_name(self.reflection_lm) if self.reflection_lm is not None else "custom proposer",
+            "program": self.program, "predictors": self.predictors, "code_components": self.code_components,
+            "dataset": self.dataset, "trainset_size": self.trainset_size, "valset_size": self.valset_size,
+            "testset_size": self.testset_size,
+        }
+        return {key: str(value) for key, value in values.items()}
+
+    def resume_settings(self) -> dict[str, Any]:
+        """What a resumed run must share with the run it continues. The budget may differ: it only
+        moves the stopping point, so raising it extends a finished run deliberately. The LMs are
+        part of it: a run continued with another model, or the same model at another endpoint,
+        would mix two runs' answers into one result."""
+        return {
+            "p": self.p, "n": self.n, "minibatch_size": self.minibatch_size, "seed": self.seed,
+            "selection": self.selection, "use_merge": self.use_merge, "trainset": self.trainset_digest,
+            "valset": self.valset_digest, "seed_candidate": self.seed_candidate_digest,
+            "task_lm": ", ".join(sorted({lm_identity(lm) for lm in self.task_lms})),
+            "reflection_lm": lm_identity(self.reflection_lm),
+        }

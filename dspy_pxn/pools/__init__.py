@@ -1,0 +1,38 @@
+"""Where rollouts run: a ``WorkerPool`` of W workers shared by every rollout of a run.
+
+``ThreadWorkerPool`` (threads in this process) is the default; ``dspy_pxn.pools.ray``
+runs rollouts on Ray actors (the optional ``ray`` extra, imported only when used).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar, runtime_checkable
+
+from dspy_pxn.pools.threads import ThreadWorkerPool
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@runtime_checkable
+class WorkerPool(Protocol):
+    """What the optimizer needs from a pool: ordered map, size, usage counters, close.
+
+    ``map`` runs rollouts wherever the pool's workers are (for a remote pool, ``fn`` and the
+    items must be picklable); ``map_local`` runs work that must stay in this process, such
+    as reflection, which reads the optimizer's state.
+    """
+
+    num_workers: int
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]: ...
+
+    def map_local(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]: ...
+
+    def busy_seconds(self) -> float: ...
+
+    def close(self) -> None: ...
+
+
+__all__ = ["ThreadWorkerPool", "WorkerPool"]

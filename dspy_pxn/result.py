@@ -1,0 +1,25 @@
+"""What a compile returns beside the program: dspy.GEPA's detailed results, and the run's own record."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dspy.teleprompt.gepa.gepa import DspyGEPAResult
+
+from dspy_pxn.limits import LMCallCounts
+from dspy_pxn.steps import StepRecord
+from dspy_pxn.usage import UsageTotals
+
+
+@dataclass(frozen=True)
+class BatchedGEPAResult(DspyGEPAResult):
+    """dspy.GEPA's detailed results plus the per-step records and run totals."""
+
+    steps: tuple[StepRecord, ...] = ()
+    budget: int = 0
+    num_workers: int = 0
+    wall_s: float = 0.0  # the search; the test evaluation is not included
+    test_score: float | None = None
+    usage: UsageTotals = field(default_factory=UsageTotals)  # LM calls, tokens and dollars of the search
+    mlflow_run_id: str | None = None  # the tracked run's id, whatever the tracker (kept for MLflow users)
+    lm_call_counts: LMCallCounts = field(default_factory=LMCallCounts)  # LM calls, retries, failures

@@ -1,0 +1,77 @@
+"""Which improving children of a step are fully validated: the one vocabulary for it.
+
+Users say ``"all"`` (every improving child, the paper's AllImprovements), ``"best"``
+(the single best), an int *k* (top-k), or hand over a gepa ``SelectionStrategy``. The
+optimizer, the run's description (tracking params, resume settings), the runtime model
+and the command line all parse and name a selection here, so "top-2" means one thing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gepa.strategies.proposal_selection import (
+    AllImprovements,
+    BestImprovement,
+    SelectionStrategy,
+    TopKImprovements,
+)
+
+Selection = str | int  # "all", "best" or k; what the runtime model and the CLI reason about
+
+HINT = "use 'all', 'best', a positive int k (top-k), or a gepa SelectionStrategy instance"
+
+
+def _top_k(selection: Any) -> int | None:
+    if isinstance(selection, int) and not isinstance(selection, bool) and selection >= 1:
+        return selection
+    return None
+
+
+def spec(selection: Any) -> Selection:
+    """'all', 'best' or k, checked; a gepa strategy of one of those kinds gives its spec."""
+    if selection in ("all", "best") or _top_k(selection) is not None:
+        return selection
+    if isinstance(selection, AllImprovements):
+        return "all"
+    if isinstance(selection, BestImprovement):
+        return "best"
+    if isinstance(selection, TopKImprovements):
+        return selection.k
+    raise ValueError(f"selection={selection!r} is not understood: {HINT}.")
+
+
+def strategy(selection: str | int | SelectionStrategy) -> SelectionStrategy:
+    """The gepa strategy for a selection (a strategy passed in is used as it is)."""
+    if hasattr(selection, "select") and not isinstance(selection, (str, int)):
+        return selection  # type: ignore[return-value]
+    chosen = spec(selection)
+    if chosen == "all":
+        return AllImprovements()
+    if chosen == "best":
+        return BestImprovement()
+    return TopKImprovements(int(chosen))
+
+
+def label(selection: Any) -> str:
+    """'all', 'best', 'top-2', or the class name of a custom strategy."""
+    try:
+        chosen = spec(selection)
+    except ValueError:
+        return type(selection).__name__
+    return f"top-{chosen}" if isinstance(chosen, int) else chosen
+
+
+def parse(text: str) -> Selection:
+    """A command-line value: 'all', 'best' or a number k."""
+    return spec(int(text) if text.strip().isdigit() else text.strip())
+
+
+def kept(selection: Selection, improvers: int) -> int:
+    """How many of ``improvers`` improving children the selection validates."""
+    chosen = spec(selection)
+    if chosen == "all":
+        return improvers
+    if chosen == "best":
+        return min(improvers, 1)
+    return min(improvers, int(chosen))

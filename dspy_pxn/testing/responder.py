@@ -1,0 +1,264 @@
+"""The simulated LM's answers: a deterministic reply to any DSPy-formatted prompt about the rule task.
+
+The task model answers right iff the rule's exact definition is in the instruction. The
+reflection model learns one definition per call from the metric's feedback, into an
+instruction of bounded capacity (``CAPACITY``), and sometimes copies it wrong. So
+optimisation makes real but noisy progress, and which rules to keep matters. It also
+answers dspy.Flex's code proposer (rewriting the instruction inside the module source)
+and the instruction proposer's shortening request. Pure logic, no I/O: the latency
+server serves it over HTTP, ``SimulatedLM`` in-process.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import re
+import textwrap
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dspy_pxn.testing.task import _QUESTION_RE, CAPACITY, RULES_BY_NAME, _eval_expr, seed_instruction
+
+# Probability that a reflection rewrite copies the harvested definition wrong;
+# a module-level default so benchmarks can tune it globally.
+DEFAULT_REFLECTION_ERROR_RATE = 0.4
+
+
+# --------------------------------------------------------------------------- #
+# Prompt parsing helpers
+# --------------------------------------------------------------------------- #
+
+# `name(x) = expr` where expr uses only integer-arithmetic characters and ends
+# on a digit, `x` or `)` (so a trailing "." or "," is not part of it).
+_DEF_RE = re.compile(r"(?<![A-Za-z_])([a-z][a-z_]*)\(x\) = ([0-9x*+\-() ]*[0-9x)])")
+_DEF_LINE_RE = re.compile(r"^\s*(?:[-*\u2022]\s*)?([a-z][a-z_]*)\(x\) = ([0-9x*+\-() ]*[0-9x)])\s*[.;]?\s*$")
+_FEEDBACK_DEF_RE = re.compile(r"Rule definition: ([a-z][a-z_]*)\(x\) = ([0-9x*+\-() ]*[0-9x)])")
+_SECTION_RE = re.compile(r"\[\[ ## (\w+) ## \]\]\n(.*?)(?=\n\[\[ ## \w+ ## \]\]|\Z)", re.DOTALL)
+_OUTPUT_FIELDS_RE = re.compile(r"Your output fields are:\n(.*?)(?=All interactions|\Z)", re.DOTALL)
+_FIELD_ITEM_RE = re.compile(r"^\d+\. `(\w+)`", re.MULTILINE)
+_OBJECTIVE_RE = re.compile(r"your objective is:[ \t]*\n?(.*)\Z", re.DOTALL | re.IGNORECASE)
+
+
+def _text(content: Any) -> str:
+    """Message content as text; OpenAI allows a list of typed parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        parts = []
+        for part in content:
+            if isinstance(part, Mapping):
+                parts.append(str(part.get("text", "")))
+            else:
+                parts.append(str(part))
+        return "".join(parts)
+    return str(content)
+
+
+def _split_messages(messages: Sequence[Mapping[str, Any]]) -> tuple[str, str, str]:
+    """(system text, last user text, full prompt text used for hashing)."""
+    system = "\n".join(_text(m.get("content")) for m in messages if m.get("role") in ("system", "developer"))
+    users = [_text(m.get("content")) for m in messages if m.get("role") == "user"]
+    user = users[-1] if users else ""
+    full = "\n".join(f"{m.get('role')}:{_text(m.get('content'))}" for m in messages)
+    return system, user, full
+
+
+def _sections(text: str) -> dict[str, str]:
+    return {name: body.strip() for name, body in _SECTION_RE.findall(text)}
+
+
+def _output_fields(system: str) -> list[str]:
+    m = _OUTPUT_FIELDS_RE.search(system)
+    return _FIELD_ITEM_RE.findall(m.group(1)) if m else []
+
+
+def _instruction_of(system: str) -> str:
+    m = _OBJECTIVE_RE.search(system)
+    return textwrap.dedent(m.group(1)).strip() if m else ""
+
+
+def _json_mode(system: str) -> bool:
+    """JSONAdapter prompts promise a JSON object; ChatAdapter prompts use field markers."""
+    return "JSON object" in system
+
+
+def _render(fields: Sequence[str], values: Mapping[str, str], json_mode: bool) -> str:
+    """Reply in the format the adapter asked for, filling every declared output field."""
+    filled = {f: values.get(f, f"(simulated {f})") for f in fields}
+    if json_mode:
+        return json.dumps(filled, ensure_ascii=False)
+    body = "".join(f"[[ ## {f} ## ]]\n{v}\n\n" for f, v in filled.items())
+    return body + "[[ ## completed ## ]]"
+
+
+def _unit(digest: bytes) -> float:
+    return int.from_bytes(digest[:8], "big") / 2.0**64
+
+
+# --------------------------------------------------------------------------- #
+# Simulated task model
+# --------------------------------------------------------------------------- #
+
+
+def _wrong(x: int, correct: int | None) -> int:
+    """A deterministic guess that is guaranteed wrong."""
+    return x if x != correct else x + 1
+
+
+def _answer_task(system: str, user: str) -> str:
+    fields = _output_fields(system) or ["answer"]
+    json_mode = _json_mode(system)
+    question = _sections(user).get("question", user)
+    m = _QUESTION_RE.search(question)
+    if not m:
+        return _render(fields, {"reasoning": "I could not find a rule application in the question.", "answer": "0"},
+                       json_mode)
+    name, x = m.group(1).lower(), int(m.group(2))
+    rule = RULES_BY_NAME.get(name)
+    correct = rule.apply(x) if rule is not None else None
+    instruction = _instruction_of(system)
+    known = [expr.strip() for n, expr in _DEF_RE.findall(instruction) if n == name]
+    if rule is not None and rule.expr in known:
+        answer, reasoning = correct, f"By the instruction, {rule.definition}; with x = {x} that is {correct}."
+    elif known:
+        # A garbled (or foreign) definition: the model faithfully applies it, which is wrong.
+        expr = known[-1]
+        try:
+            answer = _eval_expr(expr, x)
+        except (ValueError, SyntaxError, RecursionError):
+            answer = _wrong(x, correct)
+        if answer == correct:
+            answer = _wrong(answer, correct)
+        reasoning = f"The instruction says {name}(x) = {expr}; with x = {x} that is {answer}."
+    else:
+        answer = _wrong(x, correct)
+        reasoning = f"The rule {name} is not defined in my instructions, so I return the number unchanged."
+    return _render(fields, {"reasoning": reasoning, "answer": str(answer)}, json_mode)
+
+
+# --------------------------------------------------------------------------- #
+# Simulated reflection model
+# --------------------------------------------------------------------------- #
+
+
+def _garble(expr: str, digest: bytes) -> str:
+    """Shift the trailing constant by 1..5: always a different function, looks plausible."""
+    delta = 1 + digest[8] % 5
+    m = re.search(r"(\d+)\s*$", expr)
+    if not m:
+        return f"{expr} + {delta}"
+    return expr[: m.start(1)] + str(int(m.group(1)) + delta)
+
+
+def _rewrite_instruction(current: str, feedback: str, digest: bytes, error_rate: float) -> str:
+    lines = current.splitlines()
+    base: list[str] = []
+    defs: list[tuple[str, str]] = []
+    for line in lines:
+        dm = _DEF_LINE_RE.match(line)
+        if dm:
+            defs.append((dm.group(1), dm.group(2).strip()))
+        else:
+            base.append(line)
+    present = {(n, e.strip()) for n, e in _DEF_RE.findall(current)}
+    new: tuple[str, str] | None = None
+    for name, expr in _FEEDBACK_DEF_RE.findall(feedback):
+        if (name, expr.strip()) not in present:
+            new = (name, expr.strip())
+            break
+    if new is None:
+        return current.strip() or seed_instruction()
+    if _unit(digest) < error_rate:
+        new = (new[0], _garble(new[1], digest))
+    # One definition per rule: a corrected one replaces an old (possibly garbled) copy.
+    defs = [d for d in defs if d[0] != new[0]] + [new]
+    while len(defs) > CAPACITY:
+        defs.pop(0)  # oldest first
+    head = "\n".join(base).strip() or seed_instruction()
+    return head + "\n" + "\n".join(f"{n}(x) = {e}" for n, e in defs)
+
+
+def _answer_reflection(system: str, user: str, full: str, error_rate: float) -> str:
+    sections = _sections(user)
+    current = sections.get("current_instruction", "")
+    feedback = sections.get("examples_with_feedback", user)
+    digest = hashlib.sha256(full.encode("utf-8", "replace")).digest()
+    new_instruction = _rewrite_instruction(current, feedback, digest, error_rate)
+    fields = _output_fields(system) or ["new_instruction"]
+    return _render(fields, {"new_instruction": new_instruction}, _json_mode(system))
+
+
+def _instruction_literal(source: str) -> ast.Constant | None:
+    """The instruction string of the first ``dspy.Signature(spec, instruction)`` in a module source."""
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "Signature"
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
+            return node.args[1]
+    return None
+
+
+def _answer_code(system: str, user: str, full: str, error_rate: float) -> str:
+    """dspy.Flex's code proposer: rewrite the instruction inside the module source, as reflection would.
+
+    The simulated code model edits only the instruction literal of the module's
+    predictor (learning one definition from the failures' feedback, like reflection),
+    and leaves the code around it as it was: enough for GEPA to optimize Flex code.
+    """
+    sections = _sections(user)
+    source = sections.get("current_source", "")
+    literal = _instruction_literal(source) if source else None
+    fields = _output_fields(system) or ["revised_source"]
+    if literal is None:
+        return _render(fields, {"revised_source": source}, _json_mode(system))
+    digest = hashlib.sha256(full.encode("utf-8", "replace")).digest()
+    new_instruction = _rewrite_instruction(literal.value, sections.get("failures", ""), digest, error_rate)
+    lines = source.encode().splitlines(keepends=True)  # ast offsets count UTF-8 bytes
+    start = sum(len(line) for line in lines[: literal.lineno - 1]) + literal.col_offset
+    end = sum(len(line) for line in lines[: literal.end_lineno - 1]) + literal.end_col_offset
+    raw = source.encode()
+    revised = (raw[:start] + repr(new_instruction).encode() + raw[end:]).decode()
+    return _render(fields, {"revised_source": revised}, _json_mode(system))
+
+
+def _answer_compress(system: str, user: str) -> str:
+    """InstructionProposer(max_chars=...) asks to shorten an oversized draft: drop the oldest definitions first."""
+    sections = _sections(user)
+    instruction = sections.get("instruction", "")
+    m = re.search(r"(\d+)", sections.get("length_limit", ""))
+    limit = int(m.group(1)) if m else len(instruction)
+    lines = instruction.splitlines()
+    while len("\n".join(lines)) > limit and any(_DEF_LINE_RE.match(line) for line in lines):
+        lines.pop(next(i for i, line in enumerate(lines) if _DEF_LINE_RE.match(line)))
+    short = "\n".join(lines).strip()[:limit].strip() or seed_instruction()[:limit]
+    fields = _output_fields(system) or ["shortened_instruction"]
+    return _render(fields, {"shortened_instruction": short}, _json_mode(system))
+
+
+def respond(messages: Sequence[Mapping[str, Any]], *, reflection_error_rate: float | None = None) -> tuple[str, str]:
+    """Deterministic reply to a DSPy-formatted chat prompt: ``(kind, content)``, kind "task" or "reflection".
+
+    Never raises: a simulated provider that crashes on odd input would make
+    benchmark failures about the simulator rather than the optimiser.
+    """
+    rate = DEFAULT_REFLECTION_ERROR_RATE if reflection_error_rate is None else reflection_error_rate
+    try:
+        system, user, full = _split_messages(messages)
+        if "`new_instruction`" in system:
+            return "reflection", _answer_reflection(system, user, full, rate)
+        if "`shortened_instruction`" in system:
+            return "reflection", _answer_compress(system, user)
+        if "`revised_source`" in system:
+            return "reflection", _answer_code(system, user, full, rate)
+        return "task", _answer_task(system, user)
+    except Exception:  # noqa: BLE001 - see docstring
+        return "task", "[[ ## reasoning ## ]]\nUnparseable prompt.\n\n[[ ## answer ## ]]\n0\n\n[[ ## completed ## ]]"

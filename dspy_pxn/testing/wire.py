@@ -1,0 +1,85 @@
+"""What the simulated LM sends back and how its calls are counted, shared by the HTTP server and SimulatedLM."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from dspy_pxn.testing.responder import _text
+
+
+def estimate_tokens(text: str) -> int:
+    return len(text) // 4
+
+
+def chat_completion_body(messages: Sequence[Mapping[str, Any]], content: str, model: str) -> dict[str, Any]:
+    """An OpenAI chat.completion JSON object; shared by the HTTP server and SimulatedLM.forward."""
+    prompt_tokens = sum(estimate_tokens(_text(m.get("content"))) for m in messages)
+    completion_tokens = estimate_tokens(content)
+    return {
+        "id": f"chatcmpl-sim-{uuid.uuid4().hex[:24]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop", "logprobs": None}
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+# --------------------------------------------------------------------------- #
+# Call accounting
+# --------------------------------------------------------------------------- #
+
+
+class CallStats:
+    """Thread-safe call counts and peak concurrency by kind.
+
+    Peak in-flight is the number a parallel optimiser is judged by, so it is
+    measured at the point the simulated latency is spent, not inferred.
+    """
+
+    KINDS = ("task", "reflection")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._in_flight: dict[str, int] = {k: 0 for k in self.KINDS}
+        self.reset()
+
+    def reset(self) -> None:
+        """Zero counters; peaks restart from what is in flight now, so they stay truthful."""
+        with self._lock:
+            self._calls = {k: 0 for k in self.KINDS}
+            self._max = dict(self._in_flight)
+            self._max_total = sum(self._in_flight.values())
+
+    @contextmanager
+    def track(self, kind: str) -> Iterator[None]:
+        with self._lock:
+            self._calls[kind] = self._calls.get(kind, 0) + 1
+            self._in_flight[kind] = self._in_flight.get(kind, 0) + 1
+            self._max[kind] = max(self._max.get(kind, 0), self._in_flight[kind])
+            self._max_total = max(self._max_total, sum(self._in_flight.values()))
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._in_flight[kind] -= 1
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            in_flight = dict(self._in_flight)
+            return {
+                "calls": {**self._calls, "total": sum(self._calls.values())},
+                "in_flight": {**in_flight, "total": sum(in_flight.values())},
+                "max_in_flight": {**self._max, "total": self._max_total},
+            }

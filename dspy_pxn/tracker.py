@@ -1,0 +1,98 @@
+"""What the optimizer needs from a tracker, and nothing of how one works.
+
+DSPy keeps tooling outside its optimizers, and so does dspy-pxn: ``BatchedGEPA`` is
+handed a ``Tracker`` (``dspy_pxn.tracking.MlflowTracker`` is one) and never imports the
+tracking package. A tracker is started once per compile with the run's description; the
+run it returns hears gepa's callbacks and every ``StepRecord``, and is finished or
+failed at the end. Nothing a tracker does may stop the search.
+
+Two ways to get a tracker without naming one: a ``with dspy_pxn.tracking.sweep(...)``
+block makes its tracker the *ambient* one for the runs compiled inside it; and
+BatchedGEPA's convenience arguments (``use_mlflow=True``, ``tracking_uri=...``) are turned
+into a tracker by the factory the tracking package registers on import
+(``dspy_pxn/__init__.py`` imports it, so the factory is always there for users).
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from dspy_pxn.description import RunDescription
+from dspy_pxn.steps import StepRecord
+from dspy_pxn.usage import UsageMeter
+
+
+@runtime_checkable
+class TrackedRun(Protocol):
+    """One compile, as a tracker follows it."""
+
+    run_id: str | None
+    log_dir: str | None  # where the tracker keeps the run's files (the step log goes there too)
+    gepa_callbacks: Sequence[Any]  # notified by gepa alongside the optimizer's own
+
+    def on_step(self, record: StepRecord) -> None: ...
+
+    def finish(self, program: Any, results: Any) -> None: ...  # results: BatchedGEPAResult
+
+    def fail(self, error: BaseException) -> None: ...
+
+
+@runtime_checkable
+class Tracker(Protocol):
+    """Starts a ``TrackedRun`` per compile. ``log_dir`` is the run's own, if it has one."""
+
+    def start(self, description: RunDescription, *, log_dir: str | None, usage: UsageMeter) -> TrackedRun: ...
+
+
+@dataclass(frozen=True)
+class TrackingArguments:
+    """BatchedGEPA's convenience arguments for tracking, as given (None: not given)."""
+
+    mlflow: bool | None = None
+    tracking_uri: str | None = None
+    experiment: str | None = None
+    run_name: str | None = None
+    run_tags: Mapping[str, str] | None = None
+
+    @property
+    def given(self) -> bool:
+        return self.mlflow is not None or any(
+            v is not None for v in (self.tracking_uri, self.experiment, self.run_name, self.run_tags)
+        )
+
+
+_AMBIENT: contextvars.ContextVar[Tracker | None] = contextvars.ContextVar("dspy_pxn_tracker", default=None)
+_FROM_ARGUMENTS: list[Callable[[TrackingArguments], Tracker | None]] = []
+
+
+def ambient() -> Tracker | None:
+    """The tracker of the enclosing ``with ...`` block (a sweep), if any."""
+    return _AMBIENT.get()
+
+
+@contextmanager
+def tracking_by_default(tracker: Tracker) -> Iterator[Tracker]:
+    """Runs compiled inside the block are tracked by ``tracker`` unless they say ``mlflow=False``."""
+    token = _AMBIENT.set(tracker)
+    try:
+        yield tracker
+    finally:
+        _AMBIENT.reset(token)
+
+
+def register_argument_tracker(factory: Callable[[TrackingArguments], Tracker | None]) -> None:
+    """Let ``factory`` turn BatchedGEPA's tracking arguments into a tracker (the last one registered wins)."""
+    _FROM_ARGUMENTS.append(factory)
+
+
+def from_arguments(arguments: TrackingArguments) -> Tracker | None:
+    """The tracker the arguments ask for (checked now, before any LM call), or None."""
+    if not _FROM_ARGUMENTS:
+        if (arguments.mlflow or arguments.given) and arguments.mlflow is not False:
+            raise ImportError("MLflow tracking needs dspy_pxn.tracking: import dspy_pxn (not only its submodules).")
+        return None
+    return _FROM_ARGUMENTS[-1](arguments)

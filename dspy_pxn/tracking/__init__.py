@@ -1,0 +1,26 @@
+"""MLflow tracking for BatchedGEPA runs: one MLflow run per compile, sweeps as nested runs,
+a log directory replayed into MLflow later, and runs compared side by side.
+
+The optimizer never imports this package: it is handed a tracker (``MlflowTracker``) or
+builds one from its convenience arguments through the factory registered below.
+
+    BatchedGEPA(..., use_mlflow=True)                        # or tracking_uri=, experiment=, run_name=, run_tags=
+    BatchedGEPA(..., tracker=MlflowTracker(experiment="hover"))
+    with sweep("pxn-grid", experiment="hover"): ...          # every run inside is a nested child
+    import_step_log("runs/4x2")                              # replay a log directory
+    compare_experiment("hover", "comparison/")               # plots and table (dspy_pxn.tracking.compare)
+"""
+
+from dspy_pxn.tracker import register_argument_tracker
+from dspy_pxn.tracking.importer import ImportedRun, import_step_log
+from dspy_pxn.tracking.mlflow_io import CONFIG_TAG, KIND_TAG, PARENT_TAG, SWEEP_TAG
+from dspy_pxn.tracking.parent import Sweep, current_sweep
+from dspy_pxn.tracking.run import MlflowRun, MlflowTracker
+from dspy_pxn.tracking.sweep import sweep
+
+register_argument_tracker(MlflowTracker.from_arguments)
+
+__all__ = [
+    "CONFIG_TAG", "KIND_TAG", "PARENT_TAG", "SWEEP_TAG", "ImportedRun", "MlflowRun", "MlflowTracker", "Sweep",
+    "current_sweep", "import_step_log", "sweep",
+]

@@ -1,0 +1,373 @@
+"""MLflow tracking for one BatchedGEPA compile: ``MlflowTracker`` starts an ``MlflowRun``.
+
+Three rules shape this module:
+
+- **Explicit run ids, never the fluent API.** MLflow's active run is thread-local, so
+  a worker thread that logs through ``mlflow.log_*`` (or ``mlflow.dspy.autolog``) sees
+  no active run and opens a new top-level one: an orphan. Every call here goes through
+  ``MlflowClient`` with the run id it belongs to, and nesting is the
+  ``mlflow.parentRunId`` tag set when the run is created, in the caller's context.
+- **The optimizer never waits on MLflow.** Calls run in order on one background
+  thread. The first failure (server unreachable at start, or gone mid-run; an HTTP
+  server is probed before every call so a dead one is noticed at once instead of after
+  MLflow's minutes of retries) turns tracking off for the run with one warning
+  (``dspy_pxn.tracking.mlflow_io`` holds the calls, the probe and the writer thread).
+- **The log directory is the truth; MLflow mirrors it.** ``run.json``, ``steps.jsonl``
+  and ``proposals.jsonl`` are written first, so ``import_step_log(log_dir)`` can replay
+  or complete the run in MLflow later, idempotently.
+
+Default store: with no ``tracking_uri`` and no ``MLFLOW_TRACKING_URI``, MLflow 3.x uses
+``sqlite:///mlflow.db`` in the working directory (``./mlruns`` if an old file store is
+already there), which is exactly what ``mlflow ui`` started in that directory opens.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dspy_pxn.description import RunDescription
+from dspy_pxn.resume import GEPA_STATE_FILE
+from dspy_pxn.steps import StepRecord
+from dspy_pxn.tracker import TrackingArguments
+from dspy_pxn.tracking import runlog
+from dspy_pxn.tracking.config import DEFAULT_EXPERIMENT, default_tracking_uri, require_mlflow, slug
+from dspy_pxn.tracking.lineage import LineageObserver, read_proposals
+from dspy_pxn.tracking.mlflow_io import (
+    CONFIG_TAG,
+    SWEEP_TAG,
+    BackgroundWriter,
+    MlflowMirror,
+    baseline_metrics,
+    probe,
+    step_metrics,
+)
+from dspy_pxn.tracking.parent import current_sweep
+from dspy_pxn.tracking.runlog import Baseline, FinalMetrics, RunManifest
+from dspy_pxn.usage import UsageMeter
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MlflowTracker:
+    """Tracks each compile as an MLflow run. ``None`` fields are resolved when a run starts.
+
+    Runs go to ``tracking_uri`` (else MLflow's own: ``MLFLOW_TRACKING_URI``, else
+    ``./mlflow.db``), into ``experiment``; inside ``with sweep(...)`` a run nests under the
+    sweep's parent run, and inside the caller's ``with mlflow.start_run():`` under that run.
+    """
+
+    tracking_uri: str | None = None
+    experiment: str | None = None
+    run_name: str | None = None
+    tags: tuple[tuple[str, str], ...] = ()
+    flush_timeout_s: float = 30.0
+
+    @classmethod
+    def from_arguments(cls, arguments: TrackingArguments) -> MlflowTracker | None:
+        """Check BatchedGEPA's tracking arguments before any LM call; None means "not asked for".
+
+        Any of ``tracking_uri``/``experiment``/``run_name``/``run_tags`` turns tracking on;
+        ``mlflow=False`` with one of them is a contradiction and fails here.
+        """
+        mlflow, tracking_uri, experiment, run_name, run_tags = (
+            arguments.mlflow, arguments.tracking_uri, arguments.experiment, arguments.run_name, arguments.run_tags,
+        )
+        arguments = {"tracking_uri": tracking_uri, "experiment": experiment, "run_name": run_name, "run_tags": run_tags}
+        given = {name: value for name, value in arguments.items() if value is not None}
+        if mlflow is not None and not isinstance(mlflow, bool):
+            raise TypeError(
+                f"mlflow must be True, False or None, got {mlflow!r}. Pass tracking_uri=... to choose a server."
+            )
+        if mlflow is False and given:
+            raise ValueError(
+                f"mlflow=False contradicts {sorted(given)}: drop them, or set mlflow=True to track the run in MLflow."
+            )
+        for name in ("tracking_uri", "experiment", "run_name"):
+            value = given.get(name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ValueError(f"{name} must be a non-empty string, got {value!r}.")
+        tags = dict(run_tags or {})
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in tags.items()):
+            raise ValueError(
+                f"run_tags must map strings to strings, got {run_tags!r}, e.g. run_tags={{'dataset': 'hover'}}."
+            )
+        if not (mlflow or given):
+            return None
+        require_mlflow("mlflow=True" if mlflow else f"{min(given)}=...")
+        return cls(tracking_uri, experiment, run_name, tuple(sorted(tags.items())))
+
+    def start(self, description: RunDescription, *, log_dir: str | None, usage: UsageMeter) -> MlflowRun:
+        """Resolve where the run goes (sweep, caller's active run, or this tracker's settings), then open it.
+
+        Raises ValueError only for contradictory arguments (before any LM call); an
+        unreachable store is not an error, just a warning and an offline run.
+        """
+        import mlflow
+
+        params = description.params()
+        tags = dict(self.tags)
+        if "dataset" in tags:
+            params["dataset"] = tags["dataset"]  # the user's name for the data, where they gave one
+        tags[CONFIG_TAG] = description.label
+        parent_sweep = current_sweep()
+        parent_run_id: str | None = None
+        online = True
+        if parent_sweep is not None:
+            sweep_uri, sweep_experiment = parent_sweep.manifest.tracking_uri, parent_sweep.manifest.experiment
+            if self.tracking_uri not in (None, sweep_uri):
+                raise ValueError(
+                    f"tracking_uri={self.tracking_uri!r} differs from the enclosing sweep's {sweep_uri!r}: a nested run "
+                    "must live with its parent. Drop tracking_uri, or compile outside the sweep."
+                )
+            if self.experiment not in (None, sweep_experiment):
+                raise ValueError(
+                    f"experiment={self.experiment!r} differs from the enclosing sweep's {sweep_experiment!r}: drop "
+                    "experiment, or compile outside the sweep."
+                )
+            tracking_uri, experiment = sweep_uri, sweep_experiment
+            parent_run_id = parent_sweep.run_id
+            online = parent_sweep.online
+            tags[SWEEP_TAG] = parent_sweep.manifest.run_name
+        else:
+            tracking_uri = self.tracking_uri or default_tracking_uri()
+            experiment = self.experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_EXPERIMENT
+            active = mlflow.active_run()
+            if active is not None and self.tracking_uri is None and self.experiment is None:
+                # Compiled inside the caller's `with mlflow.start_run():` -> nest under it, in its experiment.
+                parent_run_id = active.info.run_id
+                experiment = _experiment_name(tracking_uri, active.info.experiment_id) or experiment
+        run_name = self.run_name or f"BatchedGEPA {description.label}"
+        resuming = log_dir is not None and os.path.exists(os.path.join(log_dir, GEPA_STATE_FILE))
+        previous = RunManifest.load(log_dir) if resuming else None
+        if previous is not None and previous.kind == "run" and previous.run_id:
+            # The process died mid-run and compile() is resuming it: keep tracking the same MLflow run.
+            previous.status = runlog.RUNNING
+            tracker = MlflowRun(previous, log_dir, usage, self.flush_timeout_s, online=online, resumed=True)
+            if parent_sweep is not None:
+                parent_sweep.children.append(log_dir)
+            return tracker
+        if log_dir is None:
+            log_dir = (
+                parent_sweep.child_log_dir(run_name)
+                if parent_sweep is not None
+                else tempfile.mkdtemp(prefix=f"dspy-pxn-{slug(run_name)}-")
+            )
+        manifest = RunManifest(
+            kind="run",
+            run_name=run_name,
+            experiment=experiment,
+            tracking_uri=tracking_uri,
+            started_at=time.time(),
+            params=dict(params),
+            tags=tags,
+            parent_run_id=parent_run_id,
+        )
+        tracker = MlflowRun(manifest, log_dir, usage, self.flush_timeout_s, online=online)
+        if parent_sweep is not None:
+            parent_sweep.children.append(log_dir)
+        return tracker
+
+
+class MlflowRun:
+    """Mirrors one compile into MLflow: params at start, a step per StepRecord, results at the end.
+
+    Started by ``MlflowTracker.start``; BatchedGEPA feeds it ``on_step`` (a step sink), its
+    gepa callbacks (seed baseline, lineage), then calls ``finish`` or ``fail``. No method
+    raises: a tracking problem is one warning, and the log directory keeps the run.
+    """
+
+    def __init__(
+        self, manifest: RunManifest, log_dir: str, usage: UsageMeter | None, flush_timeout_s: float, online: bool,
+        resumed: bool = False,
+    ):
+        self.manifest = manifest
+        self.resumed = resumed  # continuing a run from its log_dir: reopen its MLflow run, keep its clock
+        self.log_dir = log_dir
+        self.usage = usage
+        self.flush_timeout_s = flush_timeout_s
+        self.lineage = LineageObserver(log_dir)
+        self._warned = False
+        self._mirror: MlflowMirror | None = None
+        self._writer: BackgroundWriter | None = None
+        if online:
+            self._go_online()
+        manifest.save(log_dir)
+
+    @property
+    def run_id(self) -> str | None:
+        return self.manifest.run_id
+
+    @property
+    def online(self) -> bool:
+        return self._writer is not None and not self._writer.failed
+
+    @property
+    def gepa_callbacks(self) -> list[Any]:
+        return [self, self.lineage]
+
+    def _go_online(self) -> None:
+        uri = self.manifest.tracking_uri
+        reason = probe(uri)
+        if reason is None:
+            try:
+                self._mirror = MlflowMirror(uri)
+                if self.resumed and self._mirror.run_exists(self.manifest.run_id):
+                    self._mirror.reopen(self.manifest.run_id)
+                else:
+                    self.manifest.run_id = self._mirror.create_run(self.manifest, self.manifest.parent_run_id)
+                self._mirror.log_params(self.manifest.run_id, self.manifest.params)
+            except Exception as error:  # noqa: BLE001
+                reason = f"{type(error).__name__}: {error}"
+        if reason is not None:
+            self._mirror = None
+            self.warn(reason)
+            return
+        self._writer = BackgroundWriter(uri, self.warn)
+        logger.info(
+            "MLflow run %s (%s) in experiment %r at %s", self.manifest.run_id, self.manifest.run_name,
+            self.manifest.experiment, uri,
+        )
+
+    def warn(self, reason: str) -> None:
+        """One warning per run, naming the way back: the log directory and the import call."""
+        if self._warned:
+            return
+        self._warned = True
+        logger.warning(
+            "MLflow tracking stopped for run %r (%s): %s. The optimization goes on; every step and the results "
+            "are kept in %s. Import them later with dspy_pxn.tracking.import_step_log(%r) (CLI: dspy-pxn "
+            "mlflow-import %s).",
+            self.manifest.run_name, self.manifest.tracking_uri, reason, self.log_dir, self.log_dir, self.log_dir,
+        )
+
+    def _submit(self, call: Callable[[MlflowMirror, str], None]) -> None:
+        mirror, run_id, writer = self._mirror, self.manifest.run_id, self._writer
+        if mirror is not None and run_id is not None and writer is not None:
+            writer.submit(lambda: call(mirror, run_id))
+
+    # -- gepa callbacks: the clock starts with gepa (not with MLflow's setup); the seed's
+    # -- validation is step 0 of every curve.
+    def on_optimization_start(self, event: dict) -> None:
+        if self.resumed:
+            return  # elapsed time keeps counting from the original start
+        self.manifest.started_at = time.time()
+        self._save_manifest()
+
+    def on_valset_evaluated(self, event: dict) -> None:
+        if event.get("iteration") != 0 or self.manifest.baseline is not None:
+            return
+        baseline = Baseline(
+            val_score=float(event["average_score"]),
+            metric_calls=int(event["num_examples_evaluated"]),
+            elapsed_s=time.time() - self.manifest.started_at,
+            cost_usd=self.usage.totals().cost_usd if self.usage is not None else None,
+        )
+        self.manifest.baseline = baseline
+        self._save_manifest()
+        self._submit(lambda m, run_id: m.log_metrics(run_id, baseline_metrics(baseline), step=0))
+
+    # -- step sink --------------------------------------------------------------------------------
+    def on_step(self, record: StepRecord) -> None:
+        metrics = step_metrics(record, self.manifest.started_at)
+        ended = record.started_at + record.wall_s
+        self._submit(lambda m, run_id: m.log_metrics(run_id, metrics, step=record.step, timestamp_s=ended))
+
+    # -- end of the run ---------------------------------------------------------------------------
+    def finish(self, program: Any, results: Any) -> None:
+        """``results``: the run's BatchedGEPAResult (steps, scores, usage, wall-clock, test score)."""
+        steps = list(results.steps)
+        final = final_metrics(
+            steps, max(results.val_aggregate_scores), results.total_metric_calls, len(results.candidates),
+            results.wall_s, results.usage, results.test_score,
+        )
+        try:
+            self.manifest.final = final
+            self.manifest.status = runlog.FINISHED
+            write_outputs(self.log_dir, self.manifest, steps, program=program, lineage=self.lineage)
+            self._save_manifest()
+        except Exception as error:  # noqa: BLE001 - results stay in the returned program regardless
+            logger.warning("Could not write the run's tables, program or plots to %s: %s", self.log_dir, error)
+        metrics = final.metrics()
+        self._submit(lambda m, run_id: m.log_metrics(run_id, metrics, step=len(steps)))
+        self._submit(lambda m, run_id: m.upload(run_id, self.log_dir))
+        self._close(runlog.FINISHED)
+
+    def fail(self, error: BaseException) -> None:
+        self.manifest.status = runlog.FAILED
+        self.manifest.tags = {**self.manifest.tags, "dspy_pxn.error": f"{type(error).__name__}: {error}"[:500]}
+        self._save_manifest()
+        self._submit(lambda m, run_id: m.upload(run_id, self.log_dir))
+        self._close(runlog.FAILED)
+
+    def _close(self, status: str) -> None:
+        self._submit(lambda m, run_id: m.end(run_id, status))
+        if self._writer is None:
+            return
+        if not self._writer.close(self.flush_timeout_s):
+            self._writer.failed = True
+            self.warn(f"it did not take the run's last records within {self.flush_timeout_s:.0f} s")
+
+    def _save_manifest(self) -> None:
+        try:
+            self.manifest.save(self.log_dir)
+        except OSError as error:
+            logger.warning("Could not write %s: %s", os.path.join(self.log_dir, runlog.MANIFEST_NAME), error)
+
+
+def write_outputs(
+    log_dir: str,
+    manifest: RunManifest,
+    steps: list[StepRecord],
+    program: Any = None,
+    lineage: LineageObserver | None = None,
+) -> None:
+    """The artifacts: program JSON, proposal and candidate tables, and the run's plots."""
+    if program is not None:
+        program.save(os.path.join(log_dir, runlog.PROGRAM_NAME))
+    proposals = lineage.proposals if lineage is not None else read_proposals(log_dir)
+    if proposals:
+        runlog.write_table(os.path.join(log_dir, runlog.PROPOSALS_TABLE), proposals)
+    if lineage is not None and lineage.candidates:
+        runlog.write_table(os.path.join(log_dir, runlog.CANDIDATES_TABLE), lineage.candidates)
+    if steps:
+        from dspy_pxn.tracking.plots import plot_run
+
+        plot_run(steps, manifest.baseline, manifest.started_at, os.path.join(log_dir, runlog.PLOTS_DIR))
+
+
+def final_metrics(
+    steps: list[StepRecord],
+    best_val: float,
+    metric_calls: int,
+    candidates: int,
+    wall_s: float,
+    usage: Any = None,
+    test_score: float | None = None,
+) -> FinalMetrics:
+    return FinalMetrics(
+        best_val=best_val,
+        metric_calls=metric_calls,
+        iterations=len(steps),
+        validation_trigger_fraction=sum(s.full_validation for s in steps) / len(steps) if steps else 0.0,
+        candidates=candidates,
+        wall_s=wall_s,
+        lm_calls=getattr(usage, "lm_calls", 0),
+        prompt_tokens=getattr(usage, "prompt_tokens", 0),
+        completion_tokens=getattr(usage, "completion_tokens", 0),
+        cost_usd=getattr(usage, "cost_usd", None),
+        test_score=test_score,
+    )
+
+
+def _experiment_name(tracking_uri: str, experiment_id: str) -> str | None:
+    try:
+        return MlflowMirror(tracking_uri).client.get_experiment(experiment_id).name
+    except Exception:  # noqa: BLE001
+        return None
