@@ -12,7 +12,7 @@
 """
 
 from dspy_pxn.split import Split
-from dspy_pxn.testing.latency_server import LatencyServer
+from dspy_pxn.testing.loopback import LatencyServer
 from dspy_pxn.testing.responder import DEFAULT_REFLECTION_ERROR_RATE, respond
 from dspy_pxn.testing.simulated_lm import SimulatedLM
 from dspy_pxn.testing.task import (

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dspy_pxn.testing.task import _QUESTION_RE, CAPACITY, RULES_BY_NAME, _eval_expr, seed_instruction
+from dspy_pxn.testing.wire import message_text as _text
 
 # Probability that a reflection rewrite copies the harvested definition wrong;
 # a module-level default so benchmarks can tune it globally.
@@ -39,23 +40,6 @@ _SECTION_RE = re.compile(r"\[\[ ## (\w+) ## \]\]\n(.*?)(?=\n\[\[ ## \w+ ## \]\]|
 _OUTPUT_FIELDS_RE = re.compile(r"Your output fields are:\n(.*?)(?=All interactions|\Z)", re.DOTALL)
 _FIELD_ITEM_RE = re.compile(r"^\d+\. `(\w+)`", re.MULTILINE)
 _OBJECTIVE_RE = re.compile(r"your objective is:[ \t]*\n?(.*)\Z", re.DOTALL | re.IGNORECASE)
-
-
-def _text(content: Any) -> str:
-    """Message content as text; OpenAI allows a list of typed parts."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, Sequence):
-        parts = []
-        for part in content:
-            if isinstance(part, Mapping):
-                parts.append(str(part.get("text", "")))
-            else:
-                parts.append(str(part))
-        return "".join(parts)
-    return str(content)
 
 
 def _split_messages(messages: Sequence[Mapping[str, Any]]) -> tuple[str, str, str]:

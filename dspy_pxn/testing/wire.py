@@ -9,7 +9,22 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from dspy_pxn.testing.responder import _text
+
+def message_text(content: Any) -> str:
+    """Message content as text; OpenAI allows a list of typed parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        parts = []
+        for part in content:
+            if isinstance(part, Mapping):
+                parts.append(str(part.get("text", "")))
+            else:
+                parts.append(str(part))
+        return "".join(parts)
+    return str(content)
 
 
 def estimate_tokens(text: str) -> int:
@@ -18,7 +33,7 @@ def estimate_tokens(text: str) -> int:
 
 def chat_completion_body(messages: Sequence[Mapping[str, Any]], content: str, model: str) -> dict[str, Any]:
     """An OpenAI chat.completion JSON object; shared by the HTTP server and SimulatedLM.forward."""
-    prompt_tokens = sum(estimate_tokens(_text(m.get("content"))) for m in messages)
+    prompt_tokens = sum(estimate_tokens(message_text(m.get("content"))) for m in messages)
     completion_tokens = estimate_tokens(content)
     return {
         "id": f"chatcmpl-sim-{uuid.uuid4().hex[:24]}",

@@ -1,0 +1,59 @@
+"""The house rules of the package, checked on its source: the core imports no tooling, and no import circles.
+
+The core is the top level of ``dspy_pxn`` (the optimizer, its strategies, adapter,
+reflection, events, records, checks) and ``dspy_pxn.pools``; tooling lives in subpackages
+it must not import, so the optimizer can be read, and used, without them. Imports inside
+functions count: a lazy import is still a dependency.
+"""
+
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TOOLING = ("dspy_pxn.tracking", "dspy_pxn.cli", "dspy_pxn.local", "dspy_pxn.testing", "dspy_pxn.programs")
+
+
+def modules() -> dict[str, pathlib.Path]:
+    found = {}
+    for path in (ROOT / "dspy_pxn").rglob("*.py"):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def imported(path: pathlib.Path, known: dict[str, pathlib.Path]) -> set[str]:
+    """The dspy_pxn modules a file imports, anywhere in it (``from a import b`` is a.b when that is a module)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dspy_pxn"):
+            out |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else node.module for a in node.names}
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("dspy_pxn")}
+    return out
+
+
+def test_the_core_imports_no_tooling():
+    known = modules()
+    core = {name: path for name, path in known.items()
+            if (name.count(".") == 1 and path.name != "__init__.py") or name.startswith("dspy_pxn.pools")}
+    assert "dspy_pxn.teleprompter" in core and "dspy_pxn.strategies" in core
+    offending = {name: sorted(t for t in imported(path, known) if t.startswith(TOOLING)) for name, path in core.items()}
+    assert not {name: t for name, t in offending.items() if t}
+
+
+def test_no_module_imports_itself_round_a_circle():
+    known = modules()
+    packages = {name for name, path in known.items() if path.name == "__init__.py"}  # re-exports, not dependencies
+    graph = {name: imported(path, known) - packages - {name} for name, path in known.items() if name not in packages}
+
+    def reaches(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    circles = sorted(name for name in graph if name in reaches(name))
+    assert not circles
