@@ -7,8 +7,9 @@ strategies, the adapter and the reflection strategy, which report them here:
 
     tasks_sampled(tasks)                  DistinctParentsPxN: the step's proposal tasks are drawn
     children_screened(improved)           BudgetCappedSelection: screening is over, selection begins
-    evaluated(seconds, rollouts, failed)  BatchedAdapter: one batch of rollouts finished
+    evaluated(seconds, rollouts, failed, phase)  BatchedAdapter: one batch of rollouts finished
     reflected(seconds, jobs, failed)      PooledReflection: the step's reflections finished
+    merged(seconds, children)             SiblingMerge: the improving children were merged into one
 
 Listeners implement any of these methods: the step recorder (phase times, counts) and
 the adapter's trace marking (a sampled parent's minibatch must be traced). A schedule
@@ -17,18 +18,25 @@ other than gepa's step loop reports to the same seam.
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Sequence
 from typing import Any
 
 from gepa.strategies.proposal_sampling import ProposalTask
 
-EVENTS = ("tasks_sampled", "children_screened", "evaluated", "reflected")
+EVENTS = ("tasks_sampled", "children_screened", "evaluated", "reflected", "merged")
 
 
 class StepEvents:
-    """Fan-out of a run's step events to its listeners, in the order they were added."""
+    """Fan-out of a run's step events to its listeners, in the order they were added.
+
+    The phase an evaluation belongs to ("screening" or "validation") is a context
+    variable: sampling starts screening and selection starts validation in the thread
+    that runs gepa's loop; an asynchronous schedule sets it in each of its own threads.
+    """
 
     def __init__(self, listeners: Sequence[Any] = ()):
+        self.phase: contextvars.ContextVar[str] = contextvars.ContextVar("dspy_pxn_phase", default="validation")
         self.listeners: list[Any] = []
         for listener in listeners:
             self.add(listener)
@@ -45,13 +53,18 @@ class StepEvents:
                 method(*args)
 
     def tasks_sampled(self, tasks: list[ProposalTask]) -> None:
+        self.phase.set("screening")
         self._emit("tasks_sampled", tasks)
 
     def children_screened(self, improved: int) -> None:
+        self.phase.set("validation")
         self._emit("children_screened", improved)
 
     def evaluated(self, seconds: float, rollouts: int, failures: int) -> None:
-        self._emit("evaluated", seconds, rollouts, failures)
+        self._emit("evaluated", seconds, rollouts, failures, self.phase.get())
 
     def reflected(self, seconds: float, jobs: int, failed: int) -> None:
         self._emit("reflected", seconds, jobs, failed)
+
+    def merged(self, seconds: float, children: int) -> None:
+        self._emit("merged", seconds, children)

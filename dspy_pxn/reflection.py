@@ -21,6 +21,7 @@ from dspy.teleprompt.gepa.gepa_utils import DspyAdapter
 from gepa.proposer.reflective_mutation.reflection_lm import ReflectionJob, ReflectionProposal
 
 from dspy_pxn.events import StepEvents
+from dspy_pxn.merge import FEEDBACK_KEY, feedback_text
 from dspy_pxn.pools import WorkerPool
 
 logger = logging.getLogger(__name__)
@@ -83,6 +84,14 @@ class PooledReflection:
         self.events.reflected(time.perf_counter() - start, len(jobs), failed)
         return [(proposal, self) for proposal in proposals]
 
+    def propose(self, job: ReflectionJob) -> ReflectionProposal:
+        """One reflection in the calling thread, reported as a step event (the asynchronous
+        schedule calls it from its own threads, so reflections never hold a rollout worker)."""
+        start = time.perf_counter()
+        proposal = self._propose_one((job, None))
+        self.events.reflected(time.perf_counter() - start, 1, int(not proposal.new_texts))
+        return proposal
+
     def _propose_one(self, job_and_rollout: tuple[ReflectionJob, int | None]) -> ReflectionProposal:
         (candidate, reflective_dataset, components), rollout_id = job_and_rollout
         lm = self.reflection_lm or dspy.settings.lm
@@ -96,7 +105,10 @@ class PooledReflection:
             with self._lock:
                 self.failures += 1
             return ReflectionProposal(new_texts={}, metadata={"reflection_error": f"{type(error).__name__}: {error}"})
-        return ReflectionProposal(new_texts=new_texts)
+        # The feedback each rewrite was made from travels with the proposal (gepa copies a
+        # reflection's metadata into it), so a sibling merge can show it (dspy_pxn.merge).
+        feedback = {component: feedback_text(reflective_dataset, component) for component in new_texts}
+        return ReflectionProposal(new_texts=new_texts, metadata={FEEDBACK_KEY: feedback})
 
     def _note_deterministic_repeats(self, rollout_ids: list[int | None]) -> None:
         lm = self.reflection_lm or dspy.settings.lm

@@ -1,7 +1,9 @@
 """Which improving children of a step are fully validated: the one vocabulary for it.
 
 Users say ``"all"`` (every improving child, the paper's AllImprovements), ``"best"``
-(the single best), an int *k* (top-k), or hand over a gepa ``SelectionStrategy``. The
+(the single best), an int *k* (top-k), ``"merge"`` (the improving children merged into one
+candidate, ``dspy_pxn.merge``), ``"merge+best"`` (that merge and the best child), or hand
+over a gepa ``SelectionStrategy``. The
 optimizer, the run's description (tracking params, resume settings), the runtime model
 and the command line all parse and name a selection here, so "top-2" means one thing.
 """
@@ -17,9 +19,11 @@ from gepa.strategies.proposal_selection import (
     TopKImprovements,
 )
 
-Selection = str | int  # "all", "best" or k; what the runtime model and the CLI reason about
+Selection = str | int  # "all", "best", "merge", "merge+best" or k; what the runtime model and the CLI reason about
 
-HINT = "use 'all', 'best', a positive int k (top-k), or a gepa SelectionStrategy instance"
+NAMED = ("all", "best", "merge", "merge+best")
+MERGES = ("merge", "merge+best")  # built by the optimizer (they need its reflection LM and pool)
+HINT = "use 'all', 'best', 'merge', 'merge+best', a positive int k (top-k), or a gepa SelectionStrategy instance"
 
 
 def _top_k(selection: Any) -> int | None:
@@ -29,8 +33,8 @@ def _top_k(selection: Any) -> int | None:
 
 
 def spec(selection: Any) -> Selection:
-    """'all', 'best' or k, checked; a gepa strategy of one of those kinds gives its spec."""
-    if selection in ("all", "best") or _top_k(selection) is not None:
+    """A named selection or k, checked; a gepa strategy of one of those kinds gives its spec."""
+    if (isinstance(selection, str) and selection in NAMED) or _top_k(selection) is not None:
         return selection
     if isinstance(selection, AllImprovements):
         return "all"
@@ -41,11 +45,20 @@ def spec(selection: Any) -> Selection:
     raise ValueError(f"selection={selection!r} is not understood: {HINT}.")
 
 
+def checked(selection: Any) -> str | int | SelectionStrategy:
+    """The selection as given, once it is known to be one (a custom strategy has ``select``)."""
+    if hasattr(selection, "select") and not isinstance(selection, (str, int)):
+        return selection
+    return spec(selection)
+
+
 def strategy(selection: str | int | SelectionStrategy) -> SelectionStrategy:
-    """The gepa strategy for a selection (a strategy passed in is used as it is)."""
+    """The gepa strategy for a selection (a strategy passed in is used as it is); not for the merges."""
     if hasattr(selection, "select") and not isinstance(selection, (str, int)):
         return selection  # type: ignore[return-value]
     chosen = spec(selection)
+    if chosen in MERGES:
+        raise ValueError(f"selection={chosen!r} is built by the optimizer with its reflection LM (dspy_pxn.merge).")
     if chosen == "all":
         return AllImprovements()
     if chosen == "best":
@@ -54,7 +67,7 @@ def strategy(selection: str | int | SelectionStrategy) -> SelectionStrategy:
 
 
 def label(selection: Any) -> str:
-    """'all', 'best', 'top-2', or the class name of a custom strategy."""
+    """'all', 'best', 'merge', 'merge+best', 'top-2', or the class name of a custom strategy."""
     try:
         chosen = spec(selection)
     except ValueError:
@@ -63,7 +76,7 @@ def label(selection: Any) -> str:
 
 
 def parse(text: str) -> Selection:
-    """A command-line value: 'all', 'best' or a number k."""
+    """A command-line value: a named selection or a number k."""
     return spec(int(text) if text.strip().isdigit() else text.strip())
 
 
@@ -72,6 +85,8 @@ def kept(selection: Selection, improvers: int) -> int:
     chosen = spec(selection)
     if chosen == "all":
         return improvers
-    if chosen == "best":
+    if chosen in ("best", "merge"):
         return min(improvers, 1)
+    if chosen == "merge+best":
+        return min(improvers, 2)
     return min(improvers, int(chosen))

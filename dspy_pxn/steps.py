@@ -71,6 +71,9 @@ class StepRecord:
     # LM retries (attempts beyond the first of a call) and LM calls that failed after their last retry.
     lm_retries: int = 0
     lm_failures: int = 0
+    # Sibling merge (selection="merge"): improving children merged into the validated candidate, and its time.
+    merged: int = 0
+    merge_s: float = 0.0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -112,10 +115,12 @@ def read_step_log(log_dir: str) -> list[StepRecord]:
 class StepRecorder:
     """Listens to a run's step events and gepa's iteration callbacks; emits one StepRecord per step.
 
-    The phase an evaluation belongs to is set by the events that bracket it: sampling
-    starts screening, selection starts validation; reflection reports its own time. This
-    needs no guess about which ``batch_evaluate`` call is which. Each record goes to the
-    sinks in order (the step log, progress lines, a tracker); a failing sink is a warning.
+    The phase an evaluation belongs to comes with its event (``StepEvents.phase``):
+    sampling starts screening, selection starts validation; reflection reports its own
+    time. This needs no guess about which ``batch_evaluate`` call is which. Counts add up
+    over the events of a step, so a schedule that samples one task at a time (async)
+    records the same fields. Each record goes to the sinks in order (the step log,
+    progress lines, a tracker); a failing sink is a warning.
     """
 
     def __init__(
@@ -139,17 +144,17 @@ class StepRecorder:
 
     # -- step events --------------------------------------------------------------
     def tasks_sampled(self, tasks: list[ProposalTask]) -> None:
-        self._phase = "screening"
-        self._width = len(tasks)
-        self._parents = len({t.parent_idx for t in tasks})
+        with self._lock:
+            self._width += len(tasks)
+            self._parents.update(t.parent_idx for t in tasks)
 
     def children_screened(self, improved: int) -> None:
-        self._phase = "validation"
-        self._improved = improved
-
-    def evaluated(self, seconds: float, rollouts: int, failures: int) -> None:
         with self._lock:
-            self._phase_s[self._phase] = self._phase_s.get(self._phase, 0.0) + seconds
+            self._improved += improved
+
+    def evaluated(self, seconds: float, rollouts: int, failures: int, phase: str = "validation") -> None:
+        with self._lock:
+            self._phase_s[phase] = self._phase_s.get(phase, 0.0) + seconds
             self._rollouts += rollouts
             self._rollout_failures += failures
 
@@ -157,6 +162,11 @@ class StepRecorder:
         with self._lock:
             self._phase_s["reflection"] = self._phase_s.get("reflection", 0.0) + seconds
             self._reflection_failures += failed
+
+    def merged(self, seconds: float, children: int) -> None:
+        with self._lock:
+            self._phase_s["merge"] = self._phase_s.get("merge", 0.0) + seconds
+            self._merged += children
 
     # -- gepa callback events -----------------------------------------------------
     def on_iteration_start(self, event: dict) -> None:
@@ -184,7 +194,7 @@ class StepRecorder:
             p=self.p,
             n=self.n,
             width=self._width,
-            distinct_parents=self._parents,
+            distinct_parents=len(self._parents),
             proposals=len(self._new) + self._rejected,
             accepted=len(self._new),
             full_validation=bool(self._new),
@@ -215,6 +225,8 @@ class StepRecorder:
             cost_usd_total=total_usage.cost_usd,
             lm_retries=lm.retries,
             lm_failures=lm.failures,
+            merged=self._merged,
+            merge_s=self._phase_s.get("merge", 0.0),
         )
         self.steps.append(record)
         for sink in self.sinks:
@@ -223,6 +235,11 @@ class StepRecorder:
             except Exception as error:  # noqa: BLE001 - an observer must never stop the run
                 logger.warning("Step sink %r failed: %s", sink, error)
 
+    def window_is_empty(self) -> bool:
+        """Nothing sampled, evaluated or decided since the last record (an async schedule's idle tail)."""
+        with self._lock:
+            return not (self._width or self._new or self._rejected or self._rollouts)
+
     # -- internals ------------------------------------------------------------------
     def _reset(self, state: GEPAState | None) -> None:
         self._t0 = time.perf_counter()
@@ -230,10 +247,9 @@ class StepRecorder:
         self._busy0 = self.pool.busy_seconds()
         self._calls0 = state.total_num_evals if state is not None else 0
         self._kind = "reflective"
-        self._phase = "validation"
         self._phase_s: dict[str, float] = {}
         self._width = 0
-        self._parents = 0
+        self._parents: set[int] = set()
         self._new: list[int] = []
         self._rejected = 0
         self._improved = 0
@@ -242,3 +258,4 @@ class StepRecorder:
         self._rollouts = 0
         self._rollout_failures = 0
         self._reflection_failures = 0
+        self._merged = 0

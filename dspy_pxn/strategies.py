@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
+from typing import Any
 
 from gepa.core.data_loader import DataLoader
 from gepa.core.state import GEPAState
@@ -23,6 +24,7 @@ from gepa.strategies.candidate_selector import (
     ParetoCandidateSelector,
     TopKParetoCandidateSelector,
 )
+from gepa.strategies.component_selector import AllReflectionComponentSelector, RoundRobinReflectionComponentSelector
 from gepa.strategies.proposal_sampling import ProposalTask
 from gepa.strategies.proposal_selection import SelectionStrategy
 
@@ -36,6 +38,19 @@ CANDIDATE_SELECTORS: dict[str, Callable[[random.Random], CandidateSelector]] = {
     "epsilon_greedy": lambda rng: EpsilonGreedyCandidateSelector(epsilon=0.1, rng=rng),
     "top_k_pareto": lambda rng: TopKParetoCandidateSelector(k=5, rng=rng),
 }
+
+
+
+def component_selector(selector: Any) -> Any:
+    """gepa's component selector for ``component_selector`` ('round_robin', 'all', or an instance), as
+    gepa.optimize builds it: the asynchronous schedule drives the selector itself."""
+    named = {"round_robin": RoundRobinReflectionComponentSelector, "all": AllReflectionComponentSelector}
+    if isinstance(selector, str):
+        if selector not in named:
+            raise ValueError(f"component_selector={selector!r} is unknown; use 'round_robin', 'all' or a "
+                             "gepa ReflectionComponentSelector.")
+        return named[selector]()
+    return selector
 
 
 class ExactBudgetStopper:

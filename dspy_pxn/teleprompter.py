@@ -34,6 +34,8 @@ import gepa
 from dspy.primitives import Example, Module
 from dspy.teleprompt.gepa.gepa import AUTO_RUN_SETTINGS, DspyGEPAResult
 from dspy.teleprompt.gepa.gepa_utils import LoggerAdapter
+from gepa.core.data_loader import ensure_loader
+from gepa.core.result import GEPAResult
 from gepa.proposer.reflective_mutation.base import CandidateSelector
 from gepa.strategies.proposal_selection import SelectionStrategy
 
@@ -41,10 +43,12 @@ from dspy_pxn import checks, components, limits, metrics, resume
 from dspy_pxn import selection as selections
 from dspy_pxn import tracker as trackers
 from dspy_pxn.adapter import BatchedAdapter
+from dspy_pxn.asynchronous import AsyncSchedule
 from dspy_pxn.budget import BudgetGuard, RunShape
 from dspy_pxn.description import RunDescription, digest, lm_name
 from dspy_pxn.events import StepEvents
 from dspy_pxn.holdout import holdout_score
+from dspy_pxn.merge import SiblingMerge, SiblingMerger
 from dspy_pxn.pools import ThreadWorkerPool, WorkerPool
 from dspy_pxn.reflection import PooledReflection
 from dspy_pxn.result import BatchedGEPAResult
@@ -55,6 +59,7 @@ from dspy_pxn.strategies import (
     DistinctParentsPxN,
     ExactBudgetStopper,
     SequentialMinibatchSampler,
+    component_selector,
 )
 from dspy_pxn.usage import UsageMeter, warn_if_answered_from_cache
 
@@ -92,7 +97,9 @@ class BatchedGEPA(dspy.GEPA):
             step. Default: enough for one step's screening (P·N·minibatch), and at
             least ``dspy.settings.num_threads``.
         selection: which improving children are fully validated: 'all' (default, the
-            paper's AllImprovements), 'best', an int k (top-k), or a gepa SelectionStrategy.
+            paper's AllImprovements), 'best', an int k (top-k), 'merge' (the improving children
+            merged into one candidate by one reflection call: ``dspy_pxn.merge``), 'merge+best'
+            (that merge and the best child), or a gepa SelectionStrategy.
         callbacks: gepa callbacks, notified alongside the step recorder.
         step_sinks: callables receiving each ``StepRecord`` as it is written.
         pool: a WorkerPool to run rollouts on (default: a thread pool of num_threads,
@@ -167,6 +174,7 @@ class BatchedGEPA(dspy.GEPA):
         run_name: str | None = None,
         run_tags: dict[str, str] | None = None,
         max_concurrent_lm_calls: int | limits.LMCallLimiter | None = None,
+        schedule: Literal["steps", "async"] = "steps",
     ):
         self.p = checks.positive_int("p", p, "p is the number of parents sampled per step, e.g. p=8.")
         self.n = checks.positive_int("n", n, "n is the number of mutations drawn per parent, e.g. n=1.")
@@ -183,7 +191,7 @@ class BatchedGEPA(dspy.GEPA):
             )
         if track_best_outputs and not track_stats:
             raise checks.ArgumentError("track_best_outputs=True needs track_stats=True (the outputs are part of the stats).")
-        self.selection = selections.strategy(selection)
+        self.selection = selections.checked(selection)
         self.testset = checks.dataset("testset", testset) if testset is not None else None
         self.tracker, self.mlflow = tracker_for(tracker, use_mlflow, mlflow, tracking_uri, experiment, run_name, run_tags)
         if use_wandb:
@@ -242,6 +250,7 @@ class BatchedGEPA(dspy.GEPA):
         self.callbacks = list(callbacks)
         self.step_sinks = list(step_sinks)
         self.lm_limiter = limits.limiter_for(max_concurrent_lm_calls)
+        self.schedule = check_schedule(schedule, use_merge=use_merge, use_wandb=use_wandb)
 
     # ------------------------------------------------------------------------------
     def metric_call_budget(self, student: Module, trainset: list[Example], valset: list[Example]) -> int:
@@ -382,6 +391,20 @@ class BatchedGEPA(dspy.GEPA):
             seed_candidate_digest=digest([f"{k}={v}" for k, v in sorted(components.seed_candidate(student).items())]),
         )
 
+    def most_validated(self, improvers: int) -> int:
+        """How many of ``improvers`` improving children the run's selection may validate."""
+        if self.selection in selections.NAMED or isinstance(self.selection, int):
+            return selections.kept(self.selection, improvers)
+        return improvers  # a custom strategy: at most all of them
+
+    def selection_strategy(self, adapter: BatchedAdapter, reflection_lm: Any, pool: WorkerPool,
+                           events: StepEvents) -> Any:
+        """The gepa selection strategy for this run; the merges need the run's reflection LM and pool."""
+        if self.selection in selections.MERGES:
+            merger = SiblingMerger(reflection_lm, pool, code_components=sorted(adapter._flex_paths))
+            return SiblingMerge(merger, keep_best=self.selection == "merge+best", events=events)
+        return selections.strategy(self.selection)
+
     def _optimize(self, student, metric, trainset, valset, shape, pool, meter, lm_counter, tracked, description,
                   saved_state, reflection_lm):
         log_dir = self.log_dir or (tracked.log_dir if tracked is not None else None)
@@ -408,7 +431,8 @@ class BatchedGEPA(dspy.GEPA):
             pool=pool,
             events=events,
         )
-        events.add(adapter)  # the sampled parents' minibatches are the evaluations to trace
+        if self.schedule == "steps":
+            events.add(adapter)  # the sampled parents' minibatches are the evaluations to trace
         guard = BudgetGuard.of(shape, self.use_merge)
 
         # One RNG shared by parent selection and minibatch shuffling, as gepa.optimize does,
@@ -426,6 +450,21 @@ class BatchedGEPA(dspy.GEPA):
         candidate_selector = self.candidate_selection_strategy
         if isinstance(candidate_selector, str):
             candidate_selector = CANDIDATE_SELECTORS[candidate_selector](rng)
+        reflection = PooledReflection(adapter, reflection_lm, pool, events)
+        selection = BudgetCappedSelection(self.selection_strategy(adapter, reflection_lm, pool, events), guard, events)
+
+        if self.schedule == "async":
+            state = AsyncSchedule(
+                adapter=adapter, reflection=reflection, selection=selection, guard=guard, sampler=sampler,
+                candidate_selector=candidate_selector, component_selector=component_selector(self.component_selector),
+                trainset=ensure_loader(trainset), valset=ensure_loader(valset), width=self.p * self.n, events=events,
+                recorder=recorder, most_validated=self.most_validated, callbacks=[*(tracked.gepa_callbacks if tracked
+                                                                                     else []), *self.callbacks],
+                run_dir=self.log_dir, skip_perfect_score=self.skip_perfect_score, perfect_score=self.perfect_score,
+                track_best_outputs=self.track_best_outputs, use_cloudpickle=bool(self.gepa_kwargs.get("use_cloudpickle")),
+            ).run(seed)
+            gepa_result = GEPAResult.from_state(state, run_dir=self.log_dir, seed=self.seed)
+            return adapter.build_program(gepa_result.best_candidate), gepa_result, adapter, recorder
 
         gepa_result = gepa.optimize(
             seed_candidate=seed,
@@ -435,8 +474,8 @@ class BatchedGEPA(dspy.GEPA):
             candidate_selection_strategy=candidate_selector,
             batch_sampler=sampler,
             sampling_strategy=DistinctParentsPxN(self.p, self.n, guard, events),
-            selection_strategy=BudgetCappedSelection(self.selection, guard, events),
-            reflection_strategy=PooledReflection(adapter, reflection_lm, pool, events),
+            selection_strategy=selection,
+            reflection_strategy=reflection,
             stop_callbacks=[ExactBudgetStopper(guard)],
             callbacks=[recorder, *(tracked.gepa_callbacks if tracked else []), *self.callbacks],
             skip_perfect_score=self.skip_perfect_score,
@@ -477,6 +516,20 @@ def tracker_for(
                              "run_name, run_tags) are two trackers: pass one of them.")
         return given, True
     return trackers.from_arguments(arguments), mlflow
+
+
+def check_schedule(schedule: str, *, use_merge: bool, use_wandb: bool) -> str:
+    """'steps' (gepa's loop, one P×N step at a time) or 'async' (P·N proposals always in flight)."""
+    if schedule not in ("steps", "async"):
+        raise ValueError(f"schedule={schedule!r} is not understood: use 'steps' (gepa's step loop) or 'async' "
+                         "(P·N proposals always in flight, no step barrier).")
+    if schedule == "async" and use_merge:
+        raise ValueError("use_merge=True (gepa's crossover merge) runs inside gepa's step loop: with schedule='async' "
+                         "use selection='merge' (the improving children merged into one candidate) instead.")
+    if schedule == "async" and use_wandb:
+        raise ValueError("use_wandb=True logs from inside gepa's step loop, which schedule='async' does not run: "
+                         "use use_mlflow=True, or schedule='steps'.")
+    return schedule
 
 
 def _resolved_in_compile(gold, pred, trace=None, pred_name=None, pred_trace=None):  # pragma: no cover

@@ -11,6 +11,7 @@ price map; a model it does not know is counted as unpriced, never as free.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -179,6 +180,9 @@ def token_prices(model: str) -> tuple[float, float] | None:
     does (``LITELLM_LOCAL_MODEL_COST_MAP`` keeps its meaning): importing litellm itself
     costs seconds, which would land inside the first measured step.
     """
+    # DSPy refreshes the price map from the network unless told to use its bundled copy; dspy-pxn
+    # makes no network call but to the user's LMs, so the bundled copy is the default here.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     from dspy.clients.model_metadata import model_info, rate
 
     provider, _, name = model.partition("/")

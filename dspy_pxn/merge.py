@@ -1,0 +1,186 @@
+"""Sibling merge: a step's improving children combined into one candidate, which is validated.
+
+At a fixed budget a search with k proposals per step gets about (proposals) / k steps,
+whatever the schedule, and a 16-wide step that validates its improving children one by
+one spends the budget on near-duplicates: each child carries one lesson, and the next
+step starts from one of them. Merging turns that breadth into depth: one reflection call
+reads every improving child's rewrite and the feedback that produced it and writes one
+instruction that keeps all of their improvements (per component, for multi-predictor
+programs). gepa's own merge cannot do this: it is a crossover of whole components between
+two candidates, so two lessons in the same instruction never meet.
+
+gepa's engine has no seam for a selection strategy to add a candidate of its own (it
+drops proposals that are not from the list it passed in). ``SiblingMerge`` therefore
+hands the merged candidate back *in* one of the improving proposals: it rewrites that
+proposal's candidate and parents (tag ``"sibling_merge"``) before gepa validates it. The
+merge costs reflection LM calls only; its validation is |val| metric calls like any child,
+inside the budget guard.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import dspy
+from gepa.core.state import GEPAState
+from gepa.proposer.base import CandidateProposal
+from gepa.strategies.acceptance import AcceptanceCriterion
+
+from dspy_pxn.events import StepEvents
+from dspy_pxn.pools import WorkerPool
+
+logger = logging.getLogger(__name__)
+
+MERGE_TAG = "sibling_merge"
+FEEDBACK_KEY = "feedback"  # ReflectionProposal.metadata[FEEDBACK_KEY][component]: the feedback the rewrite read
+MAX_FEEDBACK_CHARS = 4000  # per rewrite: the merge prompt must stay a prompt, however long the feedback was
+
+
+class MergeImprovements(dspy.Signature):
+    """Several rewrites of one instruction each improved a program on their own examples: each fixed
+    different failures, guided by the feedback shown with it. Write ONE instruction that keeps every
+    improvement of every rewrite (all the rules, facts, formats and corrections they added), drops
+    nothing that made a rewrite better, and resolves contradictions in favour of the rewrite whose
+    feedback supports it. Output only the instruction."""
+
+    current_instruction: str = dspy.InputField(desc="The instruction the rewrites started from.")
+    improved_instructions: str = dspy.InputField(
+        desc="Each improving rewrite: its minibatch score before -> after, its full text, and the feedback that led to it."
+    )
+    merged_instruction: str = dspy.OutputField(desc="One instruction carrying all the improvements.")
+
+
+def render_rewrites(rewrites: Sequence[tuple[str, str, str]]) -> str:
+    """(score change, text, feedback) per rewrite, as the merge prompt shows them."""
+    blocks = []
+    for number, (scores, text, feedback) in enumerate(rewrites, 1):
+        feedback = feedback[:MAX_FEEDBACK_CHARS] or "(none recorded)"
+        blocks.append(f"### Rewrite {number} (minibatch {scores})\n{text}\nFeedback that led to it:\n{feedback}")
+    return "\n\n".join(blocks)
+
+
+def _scores(proposal: CandidateProposal) -> str:
+    before = sum(proposal.subsample_scores_before or [])
+    after = sum(proposal.subsample_scores_after or [])
+    size = len(proposal.subsample_scores_after or [])
+    return f"{before:g}/{size} -> {after:g}/{size}"
+
+
+def improvement(proposal: CandidateProposal) -> float:
+    return sum(proposal.subsample_scores_after or []) - sum(proposal.subsample_scores_before or [])
+
+
+class SiblingMerger:
+    """Writes the merged candidate of a step's improving children with the reflection LM.
+
+    The base is the best child's parent; a component that several children changed is
+    merged by one ``MergeImprovements`` call (the components' calls run at once on the
+    pool), one that a single child changed takes that child's text. A component whose
+    merge call fails keeps the best child's text.
+    """
+
+    def __init__(self, reflection_lm: dspy.BaseLM | None, pool: WorkerPool, code_components: Sequence[str] = ()):
+        self.reflection_lm = reflection_lm
+        self.pool = pool
+        self.code_components = set(code_components)
+        self.calls = 0
+        self.failures = 0
+
+    def merge(self, improving: Sequence[CandidateProposal], parents: Sequence[dict[str, str]]) -> dict[str, str]:
+        """``improving`` best first; ``parents[i]`` is the candidate ``improving[i]`` was rewritten from."""
+        best, base = improving[0], parents[0]
+        merged = dict(best.candidate)
+        jobs: list[tuple[str, str, list[tuple[str, str, str]]]] = []
+        for component in base:
+            changed = [
+                (proposal, parent) for proposal, parent in zip(improving, parents, strict=True)
+                if proposal.candidate.get(component) != parent.get(component)
+            ]
+            texts = {proposal.candidate[component] for proposal, _ in changed}
+            if len(texts) < 2 or component in self.code_components:
+                continue  # nothing to combine; the best child's text (or the one rewrite) stands
+            rewrites = [
+                (_scores(p), p.candidate[component], _feedback(p, component)) for p, _ in changed
+            ]
+            jobs.append((component, base[component], rewrites))
+        for component, text in zip((job[0] for job in jobs), self.pool.map_local(self._merge_one, jobs), strict=True):
+            if text:
+                merged[component] = text
+        return merged
+
+    def _merge_one(self, job: tuple[str, str, list[tuple[str, str, str]]]) -> str | None:
+        component, current, rewrites = job
+        lm = self.reflection_lm or dspy.settings.lm
+        self.calls += 1
+        try:
+            with dspy.context(lm=lm):
+                out = dspy.Predict(MergeImprovements)(
+                    current_instruction=current, improved_instructions=render_rewrites(rewrites)
+                )
+            text = (out.merged_instruction or "").strip()
+            return text or None
+        except Exception as error:  # noqa: BLE001 - a failed merge leaves the best child's text
+            self.failures += 1
+            logger.warning("Merging %d rewrites of %s failed; keeping the best one: %s: %s",
+                           len(rewrites), component, type(error).__name__, error)
+            return None
+
+
+def _feedback(proposal: CandidateProposal, component: str) -> str:
+    return str((proposal.metadata or {}).get(FEEDBACK_KEY, {}).get(component, ""))
+
+
+class SiblingMerge:
+    """A gepa selection strategy: validate the merge of a step's improving children (and, with
+    ``keep_best``, the best child itself, so a merge that lost something cannot cost the step).
+
+    With fewer than two improving children there is nothing to merge: the one improver is
+    validated, as under ``selection="best"``.
+    """
+
+    def __init__(
+        self,
+        merger: SiblingMerger,
+        keep_best: bool = False,
+        events: StepEvents | None = None,
+        candidate_of: Callable[[GEPAState, int], dict[str, str]] | None = None,
+    ):
+        self.merger = merger
+        self.keep_best = keep_best
+        self.events = events or StepEvents()
+        self._candidate_of = candidate_of or (lambda state, idx: state.program_candidates[idx])
+
+    def select(
+        self, proposals: list[CandidateProposal], state: GEPAState, acceptance_criterion: AcceptanceCriterion
+    ) -> list[CandidateProposal]:
+        improving = sorted(
+            (p for p in proposals if acceptance_criterion.should_accept(p, state)), key=improvement, reverse=True
+        )
+        if len(improving) < 2:
+            return improving
+        start = time.perf_counter()
+        parents = [self._candidate_of(state, p.parent_program_ids[0]) for p in improving]
+        merged = self.merger.merge(improving, parents)
+        self.events.merged(time.perf_counter() - start, len(improving))
+        if merged == improving[0].candidate:
+            return improving[:1]
+        carrier = improving[1] if self.keep_best else improving[0]
+        sources = [p.metadata.get("proposal_id") for p in improving]
+        carrier.candidate = merged
+        carrier.parent_program_ids = list(dict.fromkeys(i for p in improving for i in p.parent_program_ids))
+        carrier.tag = MERGE_TAG
+        carrier.metadata = {**(carrier.metadata or {}), "merged_from": sources}
+        return [improving[0], carrier] if self.keep_best else [carrier]
+
+
+def feedback_text(reflective_dataset: Any, component: str) -> str:
+    """The feedback lines a rewrite of ``component`` was made from (its reflective dataset's 'Feedback')."""
+    lines = []
+    for item in (reflective_dataset or {}).get(component, []) or []:
+        feedback = item.get("Feedback") if hasattr(item, "get") else None
+        if feedback:
+            lines.append(f"- {feedback}")
+    return "\n".join(lines)

@@ -1,0 +1,139 @@
+"""schedule="async": the invariants an asynchronous run must keep (it is not bit-reproducible).
+
+Exact budget, every rollout counted once (counts = gepa's state = the LM's own call count),
+a consistent lineage, one record per window that adds up, the pool really reaching W at the
+server, and a killed run resuming from its last saved window.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import dspy
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dspy_pxn import BatchedGEPA, read_step_log
+from dspy_pxn import testing as sim
+from dspy_pxn.resume import load_saved_state
+
+
+def run_async(splits, lm, **kwargs):
+    train, val, _ = splits
+    kwargs.setdefault("reflection_lm", sim.SimulatedLM())
+    kwargs.setdefault("num_threads", 8)
+    with dspy.context(lm=lm):
+        return BatchedGEPA(metric=sim.metric, schedule="async", **kwargs).compile(
+            sim.seed_program(), trainset=train, valset=val).detailed_results
+
+
+@pytest.mark.parametrize("selection", ["all", "best", 2, "merge", "merge+best"])
+def test_an_async_run_counts_every_rollout_once_and_stays_on_budget(splits, selection):
+    lm = sim.SimulatedLM()
+    budget = 300
+    result = run_async(splits, lm, p=4, n=2, max_metric_calls=budget, selection=selection)
+    val_size = len(splits.val)
+    assert result.total_metric_calls <= budget
+    assert budget - result.total_metric_calls < 2 * 3 + val_size  # it stops only when no proposal fits
+    # Every metric call is one task call of the program (ChainOfThought: one LM call per rollout) ...
+    assert lm.stats()["calls"]["task"] == result.total_metric_calls
+    # ... and every one of them is in exactly one record (the seed's validation before the first).
+    assert sum(step.metric_calls for step in result.steps) + val_size == result.total_metric_calls
+    assert sum(step.rollouts for step in result.steps) + val_size == result.total_metric_calls
+    assert [s.step for s in result.steps] == list(range(1, len(result.steps) + 1))
+    assert sum(s.accepted for s in result.steps) == len(result.candidates) - 1
+    # Lineage: every candidate's parents were in the pool before it.
+    for index, parents in enumerate(result.parents[1:], start=1):
+        assert parents and all(p is not None and p < index for p in parents)
+
+
+def test_async_keeps_width_proposals_in_flight_and_reaches_w_at_the_server(splits):
+    with sim.LatencyServer(task_latency=0.05, reflection_latency=0.2) as server:
+        result = run_async(splits, server.lm("task"), p=4, n=2, num_threads=8, max_metric_calls=200,
+                           reflection_lm=server.lm("reflection"))
+        stats = server.stats()
+    assert stats["max_in_flight"]["task"] == 8  # the pool is full: W rollouts at once
+    assert stats["max_in_flight"]["reflection"] >= 2  # reflections overlap rollouts and each other
+    assert stats["calls"]["task"] == result.total_metric_calls <= 200
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    p=st.integers(1, 4), n=st.integers(1, 3), minibatch=st.integers(1, 3), val_size=st.integers(1, 10),
+    extra=st.integers(0, 150), workers=st.integers(1, 8), selection=st.sampled_from(["all", "best", "merge"]),
+)
+def test_async_budget_property(p, n, minibatch, val_size, extra, workers, selection):
+    train, val, _ = sim.make_splits(seed=1, train=20, val=val_size, test=1)
+    budget = 2 * val_size + 2 * minibatch + extra
+    lm = sim.SimulatedLM()
+    with dspy.context(lm=lm):
+        result = BatchedGEPA(
+            metric=sim.metric, p=p, n=n, max_metric_calls=budget, reflection_minibatch_size=minibatch,
+            num_threads=workers, schedule="async", selection=selection, reflection_lm=sim.SimulatedLM(),
+        ).compile(sim.seed_program(), trainset=train, valset=val).detailed_results
+    assert result.total_metric_calls <= budget
+    assert budget - result.total_metric_calls < 2 * minibatch + val_size
+    assert lm.stats()["calls"]["task"] == result.total_metric_calls
+
+
+def test_async_with_gepas_own_merge_or_wandb_is_refused():
+    with pytest.raises(ValueError, match="selection='merge'"):
+        BatchedGEPA(metric=sim.metric, reflection_lm=sim.SimulatedLM(), schedule="async", use_merge=True)
+    with pytest.raises(ValueError, match="schedule='fastest' is not understood"):
+        BatchedGEPA(metric=sim.metric, reflection_lm=sim.SimulatedLM(), schedule="fastest")
+
+
+RUN_SCRIPT = textwrap.dedent('''
+    import sys, dspy
+    from dspy_pxn import BatchedGEPA, testing as sim
+    url, log_dir = sys.argv[1], sys.argv[2]
+    def lm(kind):
+        return dspy.LM(f"openai/sim-{kind}", api_base=url, api_key="sim", cache=False, temperature=0.0,
+                       num_retries=0, engine="litellm")
+    train, val, _ = sim.make_splits(seed=0, train=24, val=8, test=1)
+    with dspy.context(lm=lm("task")):
+        BatchedGEPA(metric=sim.metric, reflection_lm=lm("reflection"), log_dir=log_dir, p=2, n=2,
+                    max_metric_calls=160, num_threads=8, schedule="async").compile(
+            sim.seed_program(), trainset=train, valset=val)
+''')
+
+
+def test_a_killed_async_run_resumes_losing_only_the_work_in_flight(tmp_path):
+    log_dir = tmp_path / "crashed"
+    script = tmp_path / "run.py"
+    script.write_text(RUN_SCRIPT)
+    with sim.LatencyServer(task_latency=0.05, reflection_latency=0.2) as server:
+        env = dict(os.environ, PYTHONPATH=os.getcwd(), LITELLM_LOCAL_MODEL_COST_MAP="True")
+        process = subprocess.Popen([sys.executable, str(script), server.base_url, str(log_dir)], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 90
+        try:
+            while len(read_step_log(str(log_dir))) < 2:
+                assert process.poll() is None, process.stderr.read().decode()[-2000:]
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+        finally:
+            process.send_signal(signal.SIGKILL)
+            process.wait(timeout=10)
+        saved = load_saved_state(str(log_dir))
+        assert saved is not None and saved.total_num_evals < 160
+        calls_before = server.stats()["calls"]["task"]
+        train, val, _ = sim.make_splits(seed=0, train=24, val=8, test=1)
+        with dspy.context(lm=server.lm("task")):
+            resumed = BatchedGEPA(metric=sim.metric, reflection_lm=server.lm("reflection"), log_dir=str(log_dir),
+                                  p=2, n=2, max_metric_calls=160, num_threads=8, schedule="async").compile(
+                sim.seed_program(), trainset=train, valset=val).detailed_results
+        resumed_calls = server.stats()["calls"]["task"] - calls_before
+    # The seed is not re-validated, and every call the resumed process made is counted once.
+    assert resumed_calls == resumed.total_metric_calls - saved.total_num_evals
+    assert resumed.total_metric_calls <= 160
+    # The candidates the saved state had are kept, in order, with their scores.
+    kept = len(saved.program_candidates)
+    assert [c.predict.signature.instructions for c in resumed.candidates[:kept]] == [
+        c["predict"] for c in saved.program_candidates]
+    assert [s.step for s in resumed.steps] == list(range(1, len(resumed.steps) + 1))
+    assert read_step_log(str(log_dir)) == list(resumed.steps)
