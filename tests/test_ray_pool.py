@@ -73,6 +73,15 @@ def test_rollouts_on_ray_are_metered_like_rollouts_on_threads(cluster, server):
         (s.lm_calls, s.prompt_tokens, s.completion_tokens) for s in expected.steps]
 
 
+def test_the_async_schedule_runs_its_rollouts_on_ray(cluster, server):
+    with RayWorkerPool(max_concurrency=8) as pool:
+        calls_before = server.stats()["calls"]["task"]
+        got = compile_with(server, pool, schedule="async").detailed_results
+        assert server.stats()["calls"]["task"] - calls_before == got.total_metric_calls <= SETTINGS["max_metric_calls"]
+    assert sum(s.rollouts for s in got.steps) + 8 == got.total_metric_calls
+    assert got.usage.lm_calls > got.total_metric_calls  # rollouts on Ray and reflections on the driver, metered
+
+
 def test_max_concurrent_lm_calls_caps_ray_rollouts_at_the_server(cluster, server):
     with RayWorkerPool(max_concurrency=8, actors=2) as pool:
         server.reset_stats()
