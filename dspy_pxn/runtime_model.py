@@ -74,6 +74,10 @@ class Prediction:
     validation_latency_s: float  # one wave per validating step (and the seed's)
     pool_wait_s: float  # extra waves because the work is wider than the pool
     binding: str
+    schedule: str = "steps"
+    # Generations: how many times the pool grows (steps that validate; async validation windows). At a fixed
+    # budget this is the depth a search can reach, which wide steps trade away and a merge buys back.
+    generations: float = 0.0
 
     @property
     def width(self) -> int:
@@ -113,11 +117,18 @@ class RuntimeModel:
     def floor(self, shape: RunShape) -> float:
         return floor_seconds(shape.budget, self.task_s, shape.workers)
 
-    def predict(self, p: int, n: int, shape: RunShape, selection: Selection = "all") -> Prediction:
-        """Expected wall-clock, iterations and validation-trigger fraction of a P×N run."""
+    def predict(
+        self, p: int, n: int, shape: RunShape, selection: Selection = "all", schedule: str = "steps"
+    ) -> Prediction:
+        """Expected wall-clock, iterations, validation-trigger fraction and generations of a P×N run."""
         positive_int("p", p, "P is the number of parents per step.")
         positive_int("n", n, "N is the number of mutations per parent.")
         name = selections.label(selections.spec(selection))
+        if schedule == "async":
+            return self._predict_async(p, n, shape, selection, name)
+        if schedule != "steps":
+            raise ValueError(f"schedule={schedule!r} must be 'steps' or 'async'.")
+        merges = selections.spec(selection) in selections.MERGES
         W, V, m = shape.workers, shape.val_size, shape.minibatch_size
         T_e, T_r = self.task_s, self.reflection_s
         guard = BudgetGuard.of(shape)  # the optimizer's own arithmetic, on expected remaining calls
@@ -135,14 +146,15 @@ class RuntimeModel:
             screen_waves = math.ceil(width * m / W)
             reflect_waves = math.ceil(width / W)
             room = guard.validations_affordable(remaining - 2 * width * m)  # BudgetCappedSelection's cap
-            calls, waves, trigger = 2 * width * m, 0.0, 0.0
+            calls, waves, trigger, merging = 2 * width * m, 0.0, 0.0, 0.0
             for improvers, probability in enumerate(_binomial_pmf(width, self.acceptance)):
                 validated = min(selections.kept(selection, improvers), room)
                 calls += probability * validated * V
                 waves += probability * math.ceil(validated * V / W)
                 trigger += probability * (validated > 0)
+                merging += probability * (merges and improvers >= 2)  # one more reflection wave: the merge call
             trigger = min(trigger, 1.0)  # the pmf's float sum can exceed 1 by an ulp
-            step_latency += self.step_overhead_s + 2 * T_e + T_r
+            step_latency += self.step_overhead_s + 2 * T_e + T_r + merging * T_r
             validation_latency += trigger * T_e
             pool_wait += (2 * (screen_waves - 1)) * T_e + (reflect_waves - 1) * T_r + (waves - trigger) * T_e
             remaining -= calls
@@ -156,7 +168,52 @@ class RuntimeModel:
             validation_trigger_fraction=triggers / iterations if iterations else 0.0,
             metric_calls=shape.budget - remaining, wall_s=wall, floor_s=floor,
             step_latency_s=step_latency, validation_latency_s=validation_latency, pool_wait_s=pool_wait,
-            binding=_binding(wall, floor, step_latency, validation_latency, pool_wait),
+            binding=_binding(wall, floor, step_latency, validation_latency, pool_wait), generations=triggers,
+        )
+
+    def _predict_async(self, p: int, n: int, shape: RunShape, selection: Selection, name: str) -> Prediction:
+        """``schedule="async"``: K = P·N pipelines in flight, validations back to back in *windows*.
+
+        A pipeline takes t_p = 2·T_e + T_r (parent, reflection, child) while the pool keeps up; the
+        pool delivers at most W/T_e rollouts a second, shared with the validations, so proposals
+        finish at R = min(K/t_p, (W/T_e − validation rollouts a second)/(2m)). A window lasts one
+        validation (T_e per wave, plus T_r when a merge combines two or more children) and, when
+        improvers are rare, the wait for the next one (1/(a·R)); the improvers it validates are the
+        one that opened it plus those that landed during the previous validation (a·R·t_v). Windows
+        repeat until the budget, less the launch rule's reserve of 2m + |val|, is spent.
+        """
+        W, V, m = shape.workers, shape.val_size, shape.minibatch_size
+        T_e, T_r, a, K = self.task_s, self.reflection_s, self.acceptance, p * n
+        spec = selections.spec(selection)
+        t_p = 2 * T_e + T_r + self.step_overhead_s
+        seed_s = math.ceil(V / W) * T_e
+        spent = shape.budget - (2 * m + V) / 2  # the launch rule stops within one proposal and one validation of B
+        budget = spent - V
+        rate = K / t_p
+        window = t_v = T_e
+        kept, improvers = 1, 1.0
+        for _ in range(20):  # a fixed point: the rate, the window and the validated count depend on each other
+            improvers = 1.0 + a * rate * t_v
+            kept = max(1, selections.kept(spec, round(improvers)))
+            t_v = T_e * math.ceil(kept * V / W) + (T_r if spec in selections.MERGES and improvers >= 2 else 0.0)
+            window = t_v + (1.0 / (a * rate) if a > 0 else math.inf)
+            pool_left = max(W / T_e - kept * V / window, W / T_e / 10)
+            rate = min(K / t_p, pool_left / (2 * m))
+        if a <= 0 or math.isinf(window):
+            proposals = max(0.0, budget / (2 * m))
+            generations, wall = 0.0, seed_s + proposals / rate
+        else:
+            per_window = 2 * m * rate * window + kept * V
+            generations = max(0.0, budget / per_window)
+            wall = seed_s + generations * window
+        floor = self.floor(shape)
+        pool_bound = rate < K / t_p - 1e-9
+        return Prediction(
+            p=p, n=n, selection=name, iterations=math.ceil(generations), validation_trigger_fraction=1.0,
+            metric_calls=spent, wall_s=wall, floor_s=floor, step_latency_s=wall - seed_s,
+            validation_latency_s=seed_s, pool_wait_s=0.0,
+            binding="floor" if wall <= FLOOR_BOUND_FACTOR * floor else ("worker pool" if pool_bound else "step latency"),
+            schedule="async", generations=generations,
         )
 
     def plan(
@@ -170,6 +227,24 @@ class RuntimeModel:
             raise ValueError("shapes is empty: pass P×N pairs such as [(1, 1), (2, 2), (8, 1)].")
         predictions = [self.predict(p, n, shape, selection) for p, n in shapes]
         return sorted(predictions, key=lambda pr: (round(pr.wall_s, 6), -pr.iterations, -pr.p))
+
+    def front(self, predictions: Sequence[Prediction]) -> list[Prediction]:
+        """The predictions no other beats on both wall-clock and generations, fastest first.
+
+        Wall-clock alone would always pick the widest step, which buys speed by giving up
+        generations (depth); the front shows what each extra second buys.
+        """
+        def beaten(pr: Prediction) -> bool:
+            return any(o.wall_s <= pr.wall_s and o.generations >= pr.generations
+                       and (o.wall_s < pr.wall_s or o.generations > pr.generations) for o in predictions)
+
+        front, seen = [], set()
+        for pr in sorted((pr for pr in predictions if not beaten(pr)), key=lambda pr: pr.wall_s):
+            point = (round(pr.wall_s, 6), round(pr.generations, 6))
+            if point not in seen:  # settings the model cannot tell apart: the first stands for them
+                seen.add(point)
+                front.append(pr)
+        return front
 
     @classmethod
     def fit(
@@ -190,6 +265,7 @@ class RuntimeModel:
         if not reflective:
             raise ValueError("steps has no reflective step with proposals; fit needs a run that made progress.")
         eval_s = eval_waves = reflect_s = reflect_waves = overhead = 0.0
+        stepped = 0
         proposals = improvers = 0
         for s in reflective:
             W = workers or s.num_workers
@@ -201,10 +277,16 @@ class RuntimeModel:
                     "pass workers=, minibatch_size= and val_size= to fit()."
                 )
             eval_s += s.screening_s + s.validation_s
-            eval_waves += 2 * math.ceil(s.width * m / W) + math.ceil(s.accepted * V / W)
             reflect_s += s.reflection_s
-            reflect_waves += math.ceil(s.width / W)
-            overhead += max(0.0, s.wall_s - s.reflection_s - s.screening_s - s.validation_s)
+            if s.schedule == "async":  # each pipeline's evaluation is its own call: times are summed per call
+                eval_waves += 2 * s.width * math.ceil(m / W) + (math.ceil(s.accepted * V / W) if s.accepted else 0)
+                reflect_waves += s.width
+            else:
+                eval_waves += 2 * math.ceil(s.width * m / W) + math.ceil(s.accepted * V / W)
+                reflect_waves += math.ceil(s.width / W)
+            if s.schedule != "async":  # overlapping pipelines leave no per-step bookkeeping to read off
+                overhead += max(0.0, s.wall_s - s.reflection_s - s.screening_s - s.validation_s)
+                stepped += 1
             proposals += s.width
             # Records written before `improved` existed: accepted is the best estimate.
             improvers += s.improved if s.improved or not s.accepted else s.accepted
@@ -212,7 +294,7 @@ class RuntimeModel:
             task_s=eval_s / eval_waves,
             reflection_s=reflect_s / reflect_waves,
             acceptance=min(1.0, improvers / proposals),
-            step_overhead_s=overhead / len(reflective),
+            step_overhead_s=overhead / stepped if stepped else 0.0,
             fitted_from=(f"{len(reflective)} steps",),
         )
 

@@ -74,6 +74,9 @@ class StepRecord:
     # Sibling merge (selection="merge"): improving children merged into the validated candidate, and its time.
     merged: int = 0
     merge_s: float = 0.0
+    # "steps" (gepa's loop: one record per step) or "async" (one record per validation window; times
+    # are sums over overlapping pipelines, not wall-clock phases).
+    schedule: str = "steps"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -132,8 +135,9 @@ class StepRecorder:
         usage: UsageMeter,
         lm_counter: LMCallLimiter,
         sinks: Sequence[Callable[[StepRecord], None]] = (),
+        schedule: str = "steps",
     ):
-        self.p, self.n, self.shape = p, n, shape
+        self.p, self.n, self.shape, self.schedule = p, n, shape, schedule
         self.pool = pool
         self.usage = usage
         self.lm_counter = lm_counter
@@ -227,6 +231,7 @@ class StepRecorder:
             lm_failures=lm.failures,
             merged=self._merged,
             merge_s=self._phase_s.get("merge", 0.0),
+            schedule=self.schedule,
         )
         self.steps.append(record)
         for sink in self.sinks:

@@ -412,6 +412,7 @@ class BatchedGEPA(dspy.GEPA):
         recorder = StepRecorder(
             self.p, self.n, shape, pool, meter, lm_counter,
             sinks=[*([step_log] if step_log else []), *self.step_sinks, *([tracked.on_step] if tracked else [])],
+            schedule=self.schedule,
         )
         events = StepEvents([recorder])
         seed = components.seed_candidate(student)

@@ -208,11 +208,32 @@ def test_records_from_a_real_run_fit_and_carry_what_the_model_needs(task_lm, spl
 
 
 def test_plan_command_prints_a_ranked_table(capsys):
-    assert cli(["plan", "--workers", "64", "--budget", "3000", "--val-size", "150", "--shapes", "1x1,2x2,8x1"]) == 0
+    assert cli(["plan", "--workers", "64", "--budget", "3000", "--val-size", "150", "--shapes", "1x1,2x2,8x1",
+                "--schedules", "steps", "--selection", "all"]) == 0
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("| ") and line[2].isdigit()]
-    assert [row.split("|")[2].strip() for row in rows] == ["8×1", "2×2", "1×1"]
+    # Wider is faster and shallower: all three are on the front, fastest first.
+    assert [row.split("|")[3].strip() for row in rows] == ["8×1", "2×2", "1×1"]
+    assert all(row.split("|")[10].strip() == "yes" for row in rows)
     assert "assumed" in out and "floor" in out
+
+
+def test_the_planner_ranks_the_front_of_speed_and_depth_and_picks_a_deep_enough_setting(capsys):
+    model = RuntimeModel(task_s=0.5, reflection_s=2.0, acceptance=0.35)
+    predictions = [model.predict(p, n, SHAPE, sel, sch) for sch in ("steps", "async") for sel in ("all", "best")
+                   for p, n in ((1, 1), (2, 2), (4, 4))]
+    front = model.front(predictions)
+    assert [p.wall_s for p in front] == sorted(p.wall_s for p in front)
+    assert [p.generations for p in front] == sorted(p.generations for p in front)  # each slower one is deeper
+    widest_all = model.predict(4, 4, SHAPE, "all", "steps")
+    assert widest_all not in front  # as fast as others but shallower: wall-clock alone would have picked it
+    assert cli(["plan", "--workers", "16", "--budget", "600", "--val-size", "30", "--task-latency", "0.5",
+                "--reflection-latency", "2", "--acceptance", "0.35", "--shapes", "1x1,4x4"]) == 0
+    out = capsys.readouterr().out
+    pick = out.split("\npick ")[1]
+    generations = float(pick.split(" generations,")[0].rsplit(" ", 1)[1])
+    one_by_one = float(out.split("1×1 reaches ")[1].split()[0])
+    assert generations >= one_by_one / 2
 
 
 @pytest.mark.parametrize(

@@ -97,7 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--acceptance", type=float, default=ASSUMED_ACCEPTANCE,
                       help="share of children that beat their parent, without --from-run")
     plan.add_argument("--shapes", help="P×N settings to rank, e.g. 1x1,2x2,8x1 (default: 16 shapes up to 32 wide)")
-    plan.add_argument("--selection", default="all", help="all | best | k (top-k)")
+    plan.add_argument("--selection", default="all,best,merge",
+                      help="selections to rank, comma-separated: all | best | merge | merge+best | k (top-k)")
+    plan.add_argument("--schedules", default="steps,async", help="schedules to rank: steps, async or both")
+    plan.add_argument("--min-generations", type=float,
+                      help="the pick needs at least this many generations (default: half of what 1×1 reaches)")
     plan.add_argument("--top", type=int, default=10, help="rows to show")
     plan.set_defaults(handler=plan_command)
 

@@ -91,25 +91,38 @@ def plan_command(args: argparse.Namespace) -> int:
                              acceptance=args.acceptance)
         source = "assumed (pass --from-run LOG_DIR to fit a finished run)"
     shapes = parse_shapes(args.shapes) if args.shapes else list(DEFAULT_SHAPES)
-    selection = parse_selection(args.selection)
-    ranked = model.plan(shape, shapes, selection)[: args.top]
+    settings = [(schedule.strip(), parse_selection(selection))
+                for schedule in args.schedules.split(",") for selection in args.selection.split(",")]
+    predictions = [model.predict(p, n, shape, selection, schedule)
+                   for schedule, selection in settings for p, n in shapes]
+    front = model.front(predictions)
+    ranked = (front + sorted((pr for pr in predictions if pr not in front), key=lambda pr: pr.wall_s))[: args.top]
+    reference = model.predict(1, 1, shape, "all")
+    target = args.min_generations if args.min_generations is not None else reference.generations / 2
+    deep_enough = [pr for pr in front if pr.generations >= target]
+    pick = deep_enough[0] if deep_enough else front[-1]
 
     print(f"model {source}: T_e={model.task_s:.3g} s, T_r={model.reflection_s:.3g} s, "
           f"acceptance a={model.acceptance:.3f}, step overhead {model.step_overhead_s:.3g} s")
-    print(f"W={shape.workers}, B={shape.budget}, |val|={shape.val_size}, m={shape.minibatch_size}, "
-          f"selection={ranked[0].selection}; floor B*T_e/W = {duration(model.floor(shape))}")
+    print(f"W={shape.workers}, B={shape.budget}, |val|={shape.val_size}, m={shape.minibatch_size}; "
+          f"floor B*T_e/W = {duration(model.floor(shape))}; 1×1 reaches {reference.generations:.1f} generations")
     if fit_check:
         print(fit_check)
-    print()
-    print("| rank | P×N | predicted wall | x floor | iterations | validation-trigger | metric calls | binds |")
-    print("|---|---|---|---|---|---|---|---|")
-    for rank, p in enumerate(ranked, 1):
-        print(f"| {rank} | {p.p}×{p.n} | {duration(p.wall_s)} | {p.x_floor:.2f} | {p.iterations} "
-              f"| {p.validation_trigger_fraction:.2f} | {p.metric_calls:.0f} | {p.binding} |")
-    best = ranked[0]
-    print(f"\npick {best.p}×{best.n}: {duration(best.wall_s)}, {best.iterations} iterations; "
-          f"bound by {best.binding}.")
+    print("\nSettings on the front (no other is both faster and deeper) first, fastest first; generations are the\n"
+          "times the pool grows, the depth a search can reach at this budget.\n")
+    print("| rank | schedule | P×N | selection | predicted wall | x floor | generations | iterations | binds | front |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for rank, pr in enumerate(ranked, 1):
+        print(f"| {rank} | {pr.schedule} | {pr.p}×{pr.n} | {pr.selection} | {duration(pr.wall_s)} | {pr.x_floor:.2f} "
+              f"| {pr.generations:.1f} | {pr.iterations} | {pr.binding} | {'yes' if pr in front else ''} |")
+    print(f"\npick {pr_name(pick)}: the fastest setting on the front with at least {target:.1f} generations "
+          f"(--min-generations; default half of 1×1's): {duration(pick.wall_s)}, {pick.generations:.1f} generations, "
+          f"bound by {pick.binding}.")
     return 0
+
+
+def pr_name(prediction) -> str:
+    return f"{prediction.p}×{prediction.n} {prediction.selection} ({prediction.schedule})"
 
 
 def compare_command(args: argparse.Namespace) -> int:

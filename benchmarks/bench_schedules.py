@@ -1,0 +1,142 @@
+"""Every schedule side by side: wall-clock, ×floor, speedup over dspy.GEPA 1×1, and held-out, over seeds.
+
+For each landscape (``depth``: one rule learned per reflection; ``breadth``: several per
+reflection, noisy answers) and each latency model (``fixed``; ``lognormal`` with
+p99/p50 ≈ 4), every configuration runs once per seed at equal budget on the simulated
+LM, in this process, with the configured latencies slept in the calling threads (the
+same waits as the latency server, without HTTP between). Rows, side by side in one run:
+
+    dspy.GEPA 1x1                      upstream, merge off
+    dspy.GEPA+PxNSampling 4x4          upstream with gepa's own P×N sampling
+    steps 4x4 all | best | merge | merge+best     BatchedGEPA, schedule="steps"
+    async 4x4 all | merge              BatchedGEPA, schedule="async"
+
+Printed per (landscape, latency): wall (mean over seeds), ×floor (B·T_e/W), speedup vs
+dspy.GEPA 1×1's mean wall, metric calls / B (max over seeds), held-out mean ± spread
+(sample standard deviation) and the per-seed test scores. Everything is also written to
+benchmarks/results/schedules.json.
+
+    python benchmarks/bench_schedules.py                                  # the issue's regime, 5 seeds
+    python benchmarks/bench_schedules.py --scale 0.25 --seeds 3           # quicker, same shape
+    python benchmarks/bench_schedules.py --workers 64 --budget 3000 --val 150 --configs ...   # the wide regime
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import dspy
+from gepa.strategies.proposal_sampling import PxNSampling
+
+from dspy_pxn import BatchedGEPA
+from dspy_pxn import testing as sim
+
+DEFAULT_CONFIGS = (
+    "dspy.GEPA 1x1,dspy.GEPA+PxNSampling 4x4,steps 4x4 all,steps 4x4 best,steps 4x4 merge,steps 4x4 merge+best,"
+    "async 4x4 all,async 4x4 merge"
+)
+
+
+def lm(args, landscape: str, latency: str, seed: int, kind: str) -> sim.SimulatedLM:
+    task_s = args.task_latency * args.scale
+    return sim.SimulatedLM(
+        task_latency=task_s, reflection_latency=args.reflection_ratio * task_s, latency=latency,
+        latency_seed=seed * 2 + (kind == "reflection"), landscape=sim.LANDSCAPES[landscape],
+    )
+
+
+def optimizer(config: str, args, reflection_lm: dspy.BaseLM, seed: int) -> dspy.Teleprompter:
+    common = dict(metric=sim.metric, max_metric_calls=args.budget, reflection_lm=reflection_lm,
+                  num_threads=args.workers, use_merge=False, seed=seed)
+    if config == "dspy.GEPA 1x1":
+        return dspy.GEPA(**common, track_stats=True)
+    if config.startswith("dspy.GEPA+PxNSampling"):
+        p, n = map(int, config.split()[-1].split("x"))
+        return dspy.GEPA(**common, track_stats=True, gepa_kwargs={"sampling_strategy": PxNSampling(p, n)})
+    schedule, shape, selection = config.split()
+    p, n = map(int, shape.split("x"))
+    return BatchedGEPA(**common, p=p, n=n, schedule=schedule, selection=int(selection) if selection.isdigit()
+                       else selection)
+
+
+def run_one(config: str, args, landscape: str, latency: str, seed: int) -> dict:
+    train, val, test = sim.make_splits(seed=seed, train=args.train, val=args.val, test=args.test)
+    task_lm = lm(args, landscape, latency, seed, "task")
+    with dspy.context(lm=task_lm):
+        start = time.perf_counter()
+        best = optimizer(config, args, lm(args, landscape, latency, seed, "reflection"), seed).compile(
+            sim.seed_program(), trainset=train, valset=val)
+        wall = time.perf_counter() - start
+    results = best.detailed_results
+    # Held-out on an instant LM of the same landscape: the score, not its latency, is measured.
+    with dspy.context(lm=sim.SimulatedLM(landscape=sim.LANDSCAPES[landscape])):
+        test_score = dspy.Evaluate(devset=test, metric=sim.score, num_threads=16, display_progress=False)(best).score / 100
+    return {"config": config, "seed": seed, "wall_s": wall, "metric_calls": results.total_metric_calls,
+            "candidates": len(results.candidates), "best_val": max(results.val_aggregate_scores), "test": test_score}
+
+
+def summarise(rows: list[dict], args) -> list[dict]:
+    floor = args.budget * args.task_latency * args.scale / args.workers
+    table, baseline = [], None
+    for config in args.configs.split(","):
+        mine = [r for r in rows if r["config"] == config]
+        wall = statistics.mean(r["wall_s"] for r in mine)
+        baseline = baseline or (wall if config == "dspy.GEPA 1x1" else None)
+        tests = [r["test"] for r in mine]
+        table.append({
+            "config": config, "wall_s": wall, "x_floor": wall / floor, "speedup": (baseline / wall) if baseline else None,
+            "metric_calls": max(r["metric_calls"] for r in mine), "test_mean": statistics.mean(tests),
+            "test_sd": statistics.stdev(tests) if len(tests) > 1 else 0.0, "tests": tests,
+            "val_mean": statistics.mean(r["best_val"] for r in mine),
+        })
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task-latency", type=float, default=0.5, help="T_e in seconds (before --scale)")
+    parser.add_argument("--reflection-ratio", type=float, default=4.0)
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply every latency (0.25: four times quicker)")
+    parser.add_argument("--budget", type=int, default=600)
+    parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--train", type=int, default=60)
+    parser.add_argument("--val", type=int, default=30)
+    parser.add_argument("--test", type=int, default=100)
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--landscapes", default="depth,breadth")
+    parser.add_argument("--latencies", default="fixed,lognormal")
+    parser.add_argument("--configs", default=DEFAULT_CONFIGS)
+    parser.add_argument("--parallel", type=int, default=2,
+                        help="runs at once (they mostly sleep; every configuration of one seed runs together)")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "schedules.json"))
+    args = parser.parse_args()
+
+    report = {"args": vars(args), "tables": {}}
+    for landscape in args.landscapes.split(","):
+        for latency in args.latencies.split(","):
+            jobs = [(c, s) for s in range(args.seeds) for c in args.configs.split(",")]
+            with ThreadPoolExecutor(max_workers=args.parallel) as executor:
+                rows = list(executor.map(lambda job: run_one(job[0], args, landscape, latency, job[1]), jobs))
+            table = summarise(rows, args)
+            report["tables"][f"{landscape}/{latency}"] = {"rows": rows, "table": table}
+            print(f"\n### landscape {landscape}, latency {latency} (T_e {args.task_latency * args.scale:g} s, "
+                  f"T_r {args.reflection_ratio * args.task_latency * args.scale:g} s, B {args.budget}, W {args.workers}, "
+                  f"|val| {args.val}, {args.seeds} seeds)\n")
+            print("| config | wall s | x floor | speedup | metric calls / B | held-out mean ± sd | best val | per seed |")
+            print("|---|---|---|---|---|---|---|---|")
+            for r in table:
+                speedup = f"{r['speedup']:.2f}" if r["speedup"] else "—"
+                print(f"| {r['config']} | {r['wall_s']:.1f} | {r['x_floor']:.2f} | {speedup} | {r['metric_calls']} / "
+                      f"{args.budget} | {r['test_mean']:.3f} ± {r['test_sd']:.3f} | {r['val_mean']:.3f} | "
+                      f"{' '.join(f'{t:.2f}' for t in r['tests'])} |", flush=True)
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
