@@ -3,7 +3,7 @@
 | module                  | one job                                                                   |
 |-------------------------|---------------------------------------------------------------------------|
 | ``math_solver``         | LiveBench-Math chain-of-thought solver and its GEPA feedback metric       |
-| ``math_scoring``        | per-subtask answer scorers (multiple choice, AIME, olympiad, AMPS_Hard)   |
+| ``math_scoring``        | LiveBench-Math verdicts: LiveBench's grading rules, subtask by subtask    |
 | ``hover``               | HoVer four-hop agent (query writer + note taker) and its recall metric    |
 | ``retrieval``           | BM25 index over ``{"title", "text"}`` JSONL: build, persist, load mmap    |
 | ``data``                | loaders and split recipes: a local directory offline, the HF hub online   |

@@ -4,7 +4,7 @@ import dspy
 import pytest
 from dspy.utils import DummyLM
 from dspy_pxn.programs.data import load_livebench_math
-from dspy_pxn.programs.math_solver import SEED_INSTRUCTION, MathSolver, metric, score
+from dspy_pxn.programs.math_solver import SEED_INSTRUCTION, MathSolver, make_metric, metric, score
 
 from tests.test_programs_helpers import require_data
 
@@ -74,3 +74,42 @@ def test_metric_handles_a_missing_prediction_and_rejects_examples_without_subtas
     assert metric(example, None).score == 0.0
     with pytest.raises(ValueError, match="no `subtask` field.*load_livebench_math"):
         metric(dspy.Example(question="q", answer="A").with_inputs("question"), dspy.Prediction(answer="A"))
+
+
+def test_score_is_livebench_verdict_and_feedback_keeps_the_question_format(split):
+    example = first(split, "amc_")
+    # The last line "(C)"-style answer: LiveBench counts it, the question asked for five letters.
+    result = metric(example, run(example, f"After checking every option, the answer is ({example.answer})."))
+    assert result.score == 1.0
+    assert result.feedback.startswith("Counted correct by LiveBench's rules")
+    assert f"write the final letter five times in a row at the end: {example.answer * 5}" in result.feedback
+
+
+def test_metric_reads_choice_values_from_the_question(split):
+    from dspy_pxn.programs.math_scoring import choice_value
+
+    example = next(e for part in split for e in part
+                   if e.subtask.startswith(("amc_", "smc")) and choice_value(e.question, e.answer) != "FAILURE")
+    value = choice_value(example.question, example.answer)
+    assert metric(example, dspy.Prediction(answer=f"The answer is {value}.")).score == 1.0
+
+
+def test_strict_mode_demands_the_question_format(split):
+    strict = make_metric(strict=True)
+    example = first(split, "aime_")
+    late = dspy.Prediction(answer=f"I got {example.answer}; step 2 was the hardest.")  # ends with another number
+    assert metric(example, late).score == 1.0  # the digits are in LiveBench's 50-character window
+    result = strict(example, late)
+    assert result.score == 0.0 and "strict mode" in result.feedback
+    assert strict(example, dspy.Prediction(answer=f"The answer is {example.answer}")).score == 1.0
+
+
+def test_metric_with_a_judge_asks_it_only_for_amps_answers_not_equal_by_value(split):
+    example = first(split, "amps_hard_gcd")
+    lm = DummyLM([{"equivalent": "True"}])
+    judged = make_metric(judge_lm=lm)
+    assert judged(example, dspy.Prediction(answer=rf"\boxed{{{example.answer}}}")).score == 1.0
+    assert lm.history == []
+    result = judged(example, dspy.Prediction(answer=r"\boxed{123456}"))
+    assert result.score == 1.0 and "accepted by the LLM judge" in result.feedback and len(lm.history) == 1
+    assert metric(example, dspy.Prediction(answer=r"\boxed{123456}")).score == 0.0  # off by default
