@@ -223,3 +223,30 @@ def test_close_terminates_process():
     with pytest.raises(OSError):
         urllib.request.urlopen(url + "/health", timeout=2)
     srv.close()  # idempotent
+
+
+# --------------------------------------------------------------------------- #
+# Landscapes over HTTP
+# --------------------------------------------------------------------------- #
+
+
+def test_server_answers_with_its_landscape():
+    from dataclasses import asdict
+
+    custom = sim.Landscape(name="mine", learn_per_call=2, capacity=6, slip_rate=0.3, guess_rate=0.0)
+    for landscape in (sim.BREADTH, custom):
+        with LatencyServer(landscape=landscape) as srv:
+            assert srv.stats()["config"]["landscape"] == asdict(landscape)
+            lm = srv.lm()
+            instruction = sim.seed_instruction() + "\n" + ZORP.definition
+            with dspy.context(lm=lm):
+                for i in range(1, 31):
+                    cot_with(instruction)(question=f"Apply rule zorp to {i}.")
+            # Every reply is the in-process model's on this landscape, noise included ...
+            slipped = 0
+            for entry in lm.history:
+                sent, got = entry["messages"], entry["response"].choices[0].message.content
+                assert got == sim.respond(sent, landscape=landscape)[1]
+                slipped += got != sim.respond(sent)[1]  # ... which DEPTH's noiseless answer is not, sometimes
+            assert len(lm.history) == 30 and 0 < slipped < 20, slipped
+

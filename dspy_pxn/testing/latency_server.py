@@ -9,14 +9,17 @@ and it counts calls and peak concurrency so tests can *measure* parallelism.
 What it can answer (``responder.respond``): the synthetic rule task ("Apply rule zorp
 to 7.") through any DSPy program whose predictors take the question, the reflection
 prompts GEPA sends about it (an instruction rewrite, its shortening, and a dspy.Flex
-code revision), in DSPy's ChatAdapter or JSONAdapter format. What it cannot answer:
+code revision), in DSPy's ChatAdapter or JSONAdapter format, on either landscape (``--landscape depth``,
+today's model, or ``breadth``: several definitions per reflection and noisy answers).
+What it cannot answer:
 anything else. A GSM8K, LiveBench-Math or HoVer question gets a well-formed but
 meaningless reply (answer "0"), so those tasks score 0 against it: it exercises their
 wiring, not their learning. ``dspy-pxn optimize sim`` runs the synthetic task on it.
 
 CLI::
 
-    python -m dspy_pxn.testing.latency_server --port 0 --task-latency 0.5 --reflection-latency 2.0
+    python -m dspy_pxn.testing.latency_server --port 0 --task-latency 0.5 --reflection-latency 2.0 \
+        [--landscape depth|breadth]
 
 prints exactly one line ``READY http://127.0.0.1:<port>/v1`` once listening.
 """
@@ -36,6 +39,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
 from dspy_pxn.testing import responder
+from dspy_pxn.testing.landscape import DEPTH, LANDSCAPES, Landscape, resolve_landscape
 from dspy_pxn.testing.responder import respond
 from dspy_pxn.testing.wire import CallStats, chat_completion_body
 
@@ -87,11 +91,13 @@ class SimServer(ThreadingHTTPServer):
         reflection_latency: float = 0.0,
         reflection_error_rate: float | None = None,
         faults: FaultInjector | None = None,
+        landscape: Landscape = DEPTH,
     ) -> None:
         super().__init__((HOST, port), _Handler)
         self.task_latency = task_latency
         self.reflection_latency = reflection_latency
         self.reflection_error_rate = reflection_error_rate
+        self.landscape = landscape
         self.faults = faults
         self.call_stats = CallStats()
         self._meta_lock = threading.Lock()
@@ -123,11 +129,8 @@ class SimServer(ThreadingHTTPServer):
         snap["config"] = {
             "task_latency": self.task_latency,
             "reflection_latency": self.reflection_latency,
-            "reflection_error_rate": (
-                responder.DEFAULT_REFLECTION_ERROR_RATE
-                if self.reflection_error_rate is None
-                else self.reflection_error_rate
-            ),
+            "reflection_error_rate": responder.copy_error_rate(self.reflection_error_rate, self.landscape),
+            "landscape": json.loads(self.landscape.to_json()),
             "faults": json.loads(self.faults.to_json()) if self.faults is not None else {},
         }
         return snap
@@ -215,7 +218,7 @@ class _Handler(BaseHTTPRequestHandler):
         srv = self.server
         with srv._meta_lock:
             srv.clients[_client_id(self.headers)] += 1
-        kind, content = respond(messages, reflection_error_rate=srv.reflection_error_rate)
+        kind, content = respond(messages, reflection_error_rate=srv.reflection_error_rate, landscape=srv.landscape)
         with srv.requests.track(kind):
             fault = None
             if srv.faults is not None and srv.faults.active:
@@ -315,6 +318,7 @@ def serve(
     reflection_latency: float = 0.0,
     reflection_error_rate: float | None = None,
     faults: FaultInjector | None = None,
+    landscape: Landscape = DEPTH,
 ) -> None:
     """Run until killed, announcing the URL on stdout only once the socket is listening."""
     server = SimServer(
@@ -323,6 +327,7 @@ def serve(
         reflection_latency=reflection_latency,
         reflection_error_rate=reflection_error_rate,
         faults=faults,
+        landscape=landscape,
     )
     print(f"READY {server.base_url}", flush=True)
     try:
@@ -338,6 +343,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--task-latency", type=float, default=0.0, help="seconds per task call")
     parser.add_argument("--reflection-latency", type=float, default=0.0, help="seconds per reflection call")
+    parser.add_argument("--landscape", type=resolve_landscape, default=DEPTH,
+                        help=f"the simulated model's character: {'|'.join(LANDSCAPES)} (or a Landscape's JSON)")
     parser.add_argument(
         "--reflection-error-rate", type=float, default=None,
         help=f"probability a reflection garbles its new definition (default {responder.DEFAULT_REFLECTION_ERROR_RATE})",
@@ -351,6 +358,7 @@ def main(argv: list[str] | None = None) -> None:
         reflection_latency=args.reflection_latency,
         reflection_error_rate=args.reflection_error_rate,
         faults=_load_injector(args.fault_injector, args.faults or "{}") if args.fault_injector else None,
+        landscape=args.landscape,
     )
 
 if __name__ == "__main__":
