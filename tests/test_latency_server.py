@@ -226,7 +226,7 @@ def test_close_terminates_process():
 
 
 # --------------------------------------------------------------------------- #
-# Landscapes over HTTP
+# Landscapes and the merge prompt over HTTP
 # --------------------------------------------------------------------------- #
 
 
@@ -250,3 +250,20 @@ def test_server_answers_with_its_landscape():
                 slipped += got != sim.respond(sent)[1]  # ... which DEPTH's noiseless answer is not, sometimes
             assert len(lm.history) == 30 and 0 < slipped < 20, slipped
 
+
+def test_merge_prompt_over_http(server):
+    class Merge(dspy.Signature):
+        """Combine the improving rewrites into one instruction."""
+
+        current_instruction: str = dspy.InputField()
+        improved_instructions: str = dspy.InputField()
+        merged_instruction: str = dspy.OutputField()
+
+    blick = sim.RULES_BY_NAME["blick"]
+    improved = (f"### Rewrite 1 (minibatch 0/3 -> 2/3)\nGo.\n{ZORP.definition}\nFeedback that led to it:\nWrong.\n\n"
+                f"### Rewrite 2 (minibatch 1/3 -> 3/3)\nGo.\n{blick.definition}\nFeedback that led to it:\nWrong.")
+    server.reset_stats()
+    with dspy.context(lm=server.lm("reflection")):
+        out = dspy.Predict(Merge)(current_instruction="Go.", improved_instructions=improved)
+    assert out.merged_instruction == f"Go.\n{ZORP.definition}\n{blick.definition}"
+    assert server.stats()["calls"]["reflection"] == 1

@@ -522,3 +522,121 @@ def test_breadth_scores_are_stable_per_candidate_and_noisy_in_expectation():
     expected = exact * (1 - BREADTH.slip_rate) + (100 - exact) * BREADTH.guess_rate
     assert abs(noisy - expected) < 4, (noisy, expected)
 
+
+# --------------------------------------------------------------------------- #
+# Sibling merge
+# --------------------------------------------------------------------------- #
+
+
+class MergeInstructions(dspy.Signature):
+    """Combine the improving rewrites of the current instruction into one instruction that keeps what each learned."""
+
+    current_instruction: str = dspy.InputField(desc="the instruction the rewrites started from")
+    improved_instructions: str = dspy.InputField(desc="each improving rewrite and the feedback that led to it")
+    merged_instruction: str = dspy.OutputField(desc="one instruction combining them")
+
+
+def rewrite_blocks(rewrites: list[str], feedback: list[str] | None = None) -> str:
+    feedback = feedback or [f"Wrong: expected 1. Rule definition: {RULES[11].definition}."] * len(rewrites)
+    return "\n\n".join(f"### Rewrite {i + 1} (minibatch 0/3 -> 2/3)\n{text}\nFeedback that led to it:\n{fb}"
+                       for i, (text, fb) in enumerate(zip(rewrites, feedback, strict=True)))
+
+
+def merged(current: str, rewrites: list[str], landscape: Landscape = DEPTH, adapter=None,
+           feedback: list[str] | None = None, **lm_kw) -> str:
+    lm = SimulatedLM(landscape=landscape, **lm_kw)
+    with dspy.context(lm=lm, adapter=adapter or ChatAdapter()):
+        out = dspy.Predict(MergeInstructions)(current_instruction=current,
+                                              improved_instructions=rewrite_blocks(rewrites, feedback))
+    assert lm.stats()["calls"] == {"task": 0, "reflection": 1, "total": 1}
+    return out.merged_instruction
+
+
+def defs_of(*rules: sim.Rule) -> str:
+    return "\n".join(r.definition for r in rules)
+
+
+ADAPTERS = pytest.mark.parametrize("adapter", [ChatAdapter(), JSONAdapter()], ids=["chat", "json"])
+LANDSCAPES = pytest.mark.parametrize("landscape", [DEPTH, BREADTH], ids=["depth", "breadth"])
+
+
+@ADAPTERS
+@LANDSCAPES
+def test_merge_takes_the_union_of_the_rewrites_current_first(landscape, adapter):
+    r = RULES
+    current = f"Apply the rule.\nBe exact.\n{defs_of(r[0])}"
+    rewrites = [f"Apply the rule.\nBe exact.\n{defs_of(r[0], r[1])}",
+                f"Apply the rule.\nBe exact.\n{defs_of(r[0], r[2])}",
+                f"Apply the rule.\nBe exact.\n{defs_of(r[0], r[1], r[3])}"]
+    out = merged(current, rewrites, landscape, adapter)
+    assert out.startswith("Apply the rule.\nBe exact.\n")
+    assert definitions(out) == [r[0].definition, r[1].definition, r[2].definition, r[3].definition]
+
+
+@ADAPTERS
+@LANDSCAPES
+def test_merge_enforces_the_landscape_capacity(landscape, adapter):
+    r = RULES
+    current = "Go.\n" + defs_of(*r[:4])
+    rewrites = ["Go.\n" + defs_of(*r[:4], r[4], r[5]), "Go.\n" + defs_of(*r[:4], r[6])]
+    union = [x.definition for x in r[:7]]
+    # DEPTH holds 5 of the 7 (the current's two oldest evicted); BREADTH holds all 7.
+    assert definitions(merged(current, rewrites, landscape, adapter)) == union[-landscape.capacity:]
+
+
+@ADAPTERS
+@LANDSCAPES
+def test_merge_learns_nothing_from_feedback_and_copies_without_error(landscape, adapter):
+    current = "Go.\n" + defs_of(ZORP)
+    rewrites = ["Go.\n" + defs_of(ZORP, BLICK)]
+    feedback = ["Wrong: expected 9. Rule definition: frim(x) = 2*x + 7.\nfrim(x) = 2*x + 7"]
+    # A reflection that always garbles still merges verbatim: the merge copies, it does not learn.
+    out = merged(current, rewrites, landscape, adapter, feedback, reflection_error_rate=1.0)
+    assert definitions(out) == [ZORP.definition, BLICK.definition]
+
+
+@ADAPTERS
+def test_merge_resolves_disagreement_by_majority_then_first(adapter):
+    garbled_zorp, other_zorp = "zorp(x) = 3*x + 4", "zorp(x) = 3*x + 2"
+    current = "Go.\n" + garbled_zorp
+    # Two rewrites corrected zorp, one kept the garbled copy: the majority's version wins.
+    majority = ["Go.\n" + ZORP.definition, "Go.\n" + garbled_zorp, "Go.\n" + ZORP.definition]
+    assert definitions(merged(current, majority, adapter=adapter)) == [ZORP.definition]
+    # One vote each: the first rewrite's version.
+    tie = ["Go.\n" + other_zorp, "Go.\n" + ZORP.definition]
+    assert definitions(merged(current, tie, adapter=adapter)) == [other_zorp]
+    # A rule no rewrite mentions (blick, evicted by the rewrite) keeps the current's version and place.
+    frim = RULES_BY_NAME["frim"]
+    kept = merged("Go.\n" + defs_of(BLICK) + "\n" + garbled_zorp, ["Go.\n" + garbled_zorp + "\n" + frim.definition],
+                  adapter=adapter)
+    assert definitions(kept) == [BLICK.definition, garbled_zorp, frim.definition]
+
+
+def test_merged_instruction_is_what_the_task_model_reads():
+    """The merge of two rewrites that each learned one rule answers both rules' questions."""
+    out = merged("Go.", ["Go.\n" + ZORP.definition, "Go.\n" + BLICK.definition])
+    assert cot_answer_sim("Apply rule zorp to 4.", out) == "13" and cot_answer_sim("Apply rule blick to 4.", out) == "14"
+
+
+def cot_answer_sim(question: str, instruction: str) -> str:
+    with dspy.context(lm=SimulatedLM()):
+        return cot_answer(question, instruction)
+
+
+def test_merge_reads_rewrites_however_they_are_split():
+    from dspy_pxn.testing.responder import _rewrite_texts, merge_instructions
+
+    assert _rewrite_texts("Go.\nzorp(x) = 3*x + 1") == ["Go.\nzorp(x) = 3*x + 1"]
+    assert _rewrite_texts(json.dumps(["A.\n" + ZORP.definition, "B.\n" + BLICK.definition])) == [
+        "A.\n" + ZORP.definition, "B.\n" + BLICK.definition]
+    blocks = rewrite_blocks(["A.\n" + ZORP.definition, "B."])
+    assert _rewrite_texts(blocks) == ["A.\n" + ZORP.definition, "B."]
+    assert merge_instructions("", [], capacity=5) == sim.seed_instruction()
+    assert merge_instructions("Go.", ["Go."], capacity=5) == "Go."
+
+
+def test_merge_prompt_is_a_reflection_call_that_never_raises():
+    system = "Your output fields are:\n1. `merged_instruction` (str):\nAll interactions"
+    for user in ("", "[[ ## improved_instructions ## ]]\n[not json", "[[ ## current_instruction ## ]]\n"):
+        kind, content = respond([{"role": "system", "content": system}, {"role": "user", "content": user}])
+        assert kind == "reflection" and "[[ ## merged_instruction ## ]]" in content

@@ -8,8 +8,9 @@ and it counts calls and peak concurrency so tests can *measure* parallelism.
 
 What it can answer (``responder.respond``): the synthetic rule task ("Apply rule zorp
 to 7.") through any DSPy program whose predictors take the question, the reflection
-prompts GEPA sends about it (an instruction rewrite, its shortening, and a dspy.Flex
-code revision), in DSPy's ChatAdapter or JSONAdapter format, on either landscape (``--landscape depth``,
+prompts GEPA sends about it (an instruction rewrite, its shortening, a dspy.Flex code
+revision, and a sibling merge of several rewrites into one ``merged_instruction``), in
+DSPy's ChatAdapter or JSONAdapter format, on either landscape (``--landscape depth``,
 today's model, or ``breadth``: several definitions per reflection and noisy answers).
 What it cannot answer:
 anything else. A GSM8K, LiveBench-Math or HoVer question gets a well-formed but

@@ -6,8 +6,9 @@ instruction of bounded capacity (``CAPACITY``), and sometimes copies it wrong. S
 optimisation makes real but noisy progress, and which rules to keep matters. A
 ``Landscape`` changes those numbers (``BREADTH``: several definitions per call, a larger
 capacity, and answer noise). It also answers dspy.Flex's code proposer (rewriting the
-instruction inside the module source) and the instruction proposer's shortening
-request. Pure logic, no I/O: the latency server serves it over HTTP, ``SimulatedLM`` in-process.
+instruction inside the module source), the instruction proposer's shortening request,
+and a sibling-merge prompt (``merged_instruction``: combine several improving rewrites).
+Pure logic, no I/O: the latency server serves it over HTTP, ``SimulatedLM`` in-process.
 """
 
 from __future__ import annotations
@@ -282,6 +283,86 @@ def _answer_compress(system: str, user: str) -> str:
     return _render(fields, {"shortened_instruction": short}, _json_mode(system))
 
 
+# --------------------------------------------------------------------------- #
+# Simulated sibling merge
+# --------------------------------------------------------------------------- #
+
+_REWRITE_HEADER_RE = re.compile(r"^#{2,}\s*Rewrite\b.*$", re.MULTILINE | re.IGNORECASE)
+_FEEDBACK_MARK_RE = re.compile(r"^\s*Feedback that led to it:?\s*$", re.MULTILINE | re.IGNORECASE)
+
+
+def _rewrite_texts(improved: str) -> list[str]:
+    """Each rewrite's instruction text, without its header and the feedback that led to it.
+
+    The blocks look like ``### Rewrite 1 (minibatch 0/3 -> 2/3)``, the instruction, then
+    ``Feedback that led to it:`` and the feedback. A JSON list of strings (a list-typed
+    field) is read as one block per item; text without any header as a single block.
+    """
+    stripped = improved.strip()
+    if stripped.startswith("["):
+        try:
+            items = json.loads(stripped)
+        except ValueError:
+            items = None
+        if isinstance(items, list) and all(isinstance(i, str) for i in items):
+            return [text for item in items for text in _rewrite_texts(item)]
+    headers = list(_REWRITE_HEADER_RE.finditer(improved))
+    if headers:
+        blocks = [improved[h.end(): nxt.start() if nxt else len(improved)]
+                  for h, nxt in zip(headers, [*headers[1:], None])]
+    else:
+        blocks = [improved]
+    return [_FEEDBACK_MARK_RE.split(block, maxsplit=1)[0].strip() for block in blocks]
+
+
+def _vote(versions: Sequence[str]) -> str:
+    """The version most rewrites agree on; a tie goes to the one read first."""
+    counts = {v: versions.count(v) for v in versions}
+    return max(counts, key=lambda v: (counts[v], -versions.index(v)))
+
+
+def merge_instructions(current: str, rewrites: Sequence[str], capacity: int) -> str:
+    """Combine what the rewrites say: the head of ``current``, then one definition per rule.
+
+    Rules in the order read: the current instruction's first, then each rewrite's new ones.
+    A rule's version is the one most rewrites that define it agree on (ties to the first
+    read); a rule no rewrite defines keeps the current's version. Nothing is learned or
+    garbled here: only definitions already written in the instruction texts are used.
+    """
+    head, current_defs = _split_instruction(current)
+    order = [n for n, _ in current_defs]
+    versions: dict[str, list[str]] = {}
+    for text in rewrites:
+        seen: dict[str, str] = {}
+        for name, expr in _split_instruction(text)[1]:
+            seen[name] = expr  # a rewrite's last word on a rule (there is normally one)
+        for name, expr in seen.items():
+            versions.setdefault(name, []).append(expr)
+            if name not in order:
+                order.append(name)
+    own = dict(current_defs)
+    merged = [(n, _vote(versions[n]) if n in versions else own[n]) for n in dict.fromkeys(order)]
+    if not merged:
+        return current.strip() or seed_instruction()
+    return _compose(head, merged, capacity)
+
+
+def _answer_merge(system: str, user: str, landscape: Landscape = DEPTH) -> str:
+    """A sibling merge: one instruction from the current one and its improving rewrites.
+
+    Modelling assumption: a real reflection LM given a merge prompt combines what it reads
+    (every rule definition written in the rewrites, the current instruction's first), with
+    no copy errors and nothing new; ordinary reflection still learns from feedback, a few
+    definitions per call (``Landscape.learn_per_call``). The landscape's capacity holds.
+    """
+    sections = _sections(user)
+    current = sections.get("current_instruction", "")
+    improved = _without_adapter_tail(sections.get("improved_instructions", ""))
+    merged = merge_instructions(current, _rewrite_texts(improved), landscape.capacity)
+    fields = _output_fields(system) or ["merged_instruction"]
+    return _render(fields, {"merged_instruction": merged}, _json_mode(system))
+
+
 def copy_error_rate(reflection_error_rate: float | None, landscape: Landscape = DEPTH) -> float:
     """The rate in force: the caller's override, else the landscape's, else the module default
     (read at call time, so benchmarks and tests can tune ``DEFAULT_REFLECTION_ERROR_RATE``)."""
@@ -302,6 +383,8 @@ def respond(messages: Sequence[Mapping[str, Any]], *, reflection_error_rate: flo
     rate = copy_error_rate(reflection_error_rate, landscape)
     try:
         system, user, full = _split_messages(messages)
+        if "`merged_instruction`" in system:
+            return "reflection", _answer_merge(system, user, landscape)
         if "`new_instruction`" in system:
             return "reflection", _answer_reflection(system, user, full, rate, landscape)
         if "`shortened_instruction`" in system:
