@@ -6,7 +6,8 @@
 - ``Landscape`` (``DEPTH``, the default; ``BREADTH``): the model's character, i.e. how many
   definitions a reflection learns, how many an instruction holds, how noisy the answers are.
 - ``SimulatedLM``: that model in-process, a ``dspy.BaseLM``; ``LatencyServer``: the same model
-  behind an OpenAI-compatible HTTP server on loopback, with latencies and optional faults.
+  behind an OpenAI-compatible HTTP server on loopback, with latencies (fixed, lognormal or
+  heavy-tailed) and optional faults.
 
     from dspy_pxn import testing as sim
     train, val, test = sim.make_splits(seed=0)

@@ -12,7 +12,8 @@ prompts GEPA sends about it (an instruction rewrite, its shortening, a dspy.Flex
 revision, and a sibling merge of several rewrites into one ``merged_instruction``), in
 DSPy's ChatAdapter or JSONAdapter format, on either landscape (``--landscape depth``,
 today's model, or ``breadth``: several definitions per reflection and noisy answers).
-What it cannot answer:
+Latencies are fixed or drawn around the configured ones (``--latency lognormal|heavy``,
+``--latency-seed``); ``/stats`` reports the latencies slept. What it cannot answer:
 anything else. A GSM8K, LiveBench-Math or HoVer question gets a well-formed but
 meaningless reply (answer "0"), so those tasks score 0 against it: it exercises their
 wiring, not their learning. ``dspy-pxn optimize sim`` runs the synthetic task on it.
@@ -20,7 +21,7 @@ wiring, not their learning. ``dspy-pxn optimize sim`` runs the synthetic task on
 CLI::
 
     python -m dspy_pxn.testing.latency_server --port 0 --task-latency 0.5 --reflection-latency 2.0 \
-        [--landscape depth|breadth]
+        [--latency fixed|lognormal|heavy --latency-seed 0] [--landscape depth|breadth]
 
 prints exactly one line ``READY http://127.0.0.1:<port>/v1`` once listening.
 """
@@ -41,6 +42,7 @@ from typing import Any, Protocol
 
 from dspy_pxn.testing import responder
 from dspy_pxn.testing.landscape import DEPTH, LANDSCAPES, Landscape, resolve_landscape
+from dspy_pxn.testing.latency import DISTRIBUTIONS, LatencySampler
 from dspy_pxn.testing.responder import respond
 from dspy_pxn.testing.wire import CallStats, chat_completion_body
 
@@ -93,12 +95,15 @@ class SimServer(ThreadingHTTPServer):
         reflection_error_rate: float | None = None,
         faults: FaultInjector | None = None,
         landscape: Landscape = DEPTH,
+        latency: str = "fixed",
+        seed: int = 0,
     ) -> None:
         super().__init__((HOST, port), _Handler)
         self.task_latency = task_latency
         self.reflection_latency = reflection_latency
         self.reflection_error_rate = reflection_error_rate
         self.landscape = landscape
+        self.latencies = LatencySampler(latency, seed)
         self.faults = faults
         self.call_stats = CallStats()
         self._meta_lock = threading.Lock()
@@ -127,9 +132,12 @@ class SimServer(ThreadingHTTPServer):
             snap["faults"] = {k: self.fault_counts.get(k, 0) for k in INJECTED_REPLIES}
             snap["faults"]["total"] = sum(self.fault_counts.values())
         snap["requests"] = self.requests.snapshot()
+        snap["latency"] = self.latencies.summary()  # what the answered calls slept, by kind
         snap["config"] = {
             "task_latency": self.task_latency,
             "reflection_latency": self.reflection_latency,
+            "latency": self.latencies.distribution,
+            "latency_seed": self.latencies.seed,
             "reflection_error_rate": responder.copy_error_rate(self.reflection_error_rate, self.landscape),
             "landscape": json.loads(self.landscape.to_json()),
             "faults": json.loads(self.faults.to_json()) if self.faults is not None else {},
@@ -139,6 +147,7 @@ class SimServer(ThreadingHTTPServer):
     def reset_stats(self) -> None:
         self.call_stats.reset()
         self.requests.reset()
+        self.latencies.reset()
         with self._meta_lock:
             self.clients.clear()
             self.streamed = 0
@@ -248,7 +257,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._hang(srv.faults.hang_s)
                 return
             with srv.call_stats.track(kind):
-                delay = srv.reflection_latency if kind == "reflection" else srv.task_latency
+                delay = srv.latencies.draw(kind, srv.reflection_latency if kind == "reflection" else srv.task_latency)
                 if delay > 0:
                     time.sleep(delay)
         finish_reason = "stop"
@@ -320,6 +329,8 @@ def serve(
     reflection_error_rate: float | None = None,
     faults: FaultInjector | None = None,
     landscape: Landscape = DEPTH,
+    latency: str = "fixed",
+    seed: int = 0,
 ) -> None:
     """Run until killed, announcing the URL on stdout only once the socket is listening."""
     server = SimServer(
@@ -329,6 +340,8 @@ def serve(
         reflection_error_rate=reflection_error_rate,
         faults=faults,
         landscape=landscape,
+        latency=latency,
+        seed=seed,
     )
     print(f"READY {server.base_url}", flush=True)
     try:
@@ -342,8 +355,13 @@ def serve(
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
-    parser.add_argument("--task-latency", type=float, default=0.0, help="seconds per task call")
-    parser.add_argument("--reflection-latency", type=float, default=0.0, help="seconds per reflection call")
+    parser.add_argument("--task-latency", type=float, default=0.0, help="seconds per task call (the median)")
+    parser.add_argument("--reflection-latency", type=float, default=0.0,
+                        help="seconds per reflection call (the median)")
+    parser.add_argument("--latency", choices=DISTRIBUTIONS, default="fixed",
+                        help="fixed: exactly those seconds; lognormal: p99/p50 = 4; heavy: lognormal plus 3%% "
+                             "stragglers at 5-20x")
+    parser.add_argument("--latency-seed", type=int, default=0, help="seed of the latency draws")
     parser.add_argument("--landscape", type=resolve_landscape, default=DEPTH,
                         help=f"the simulated model's character: {'|'.join(LANDSCAPES)} (or a Landscape's JSON)")
     parser.add_argument(
@@ -360,6 +378,8 @@ def main(argv: list[str] | None = None) -> None:
         reflection_error_rate=args.reflection_error_rate,
         faults=_load_injector(args.fault_injector, args.faults or "{}") if args.fault_injector else None,
         landscape=args.landscape,
+        latency=args.latency,
+        seed=args.latency_seed,
     )
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from typing import Any
 import dspy
 
 from dspy_pxn.testing.landscape import Landscape, resolve_landscape
+from dspy_pxn.testing.latency import LatencySampler
 from dspy_pxn.testing.responder import respond
 from dspy_pxn.testing.wire import CallStats, chat_completion_body, estimate_tokens
 
@@ -111,8 +112,10 @@ class SimulatedLM(dspy.BaseLM):
     """In-process twin of the latency server: same `respond` logic, optional sleeps, call stats.
 
     ``landscape`` is the model's character (``DEPTH``, ``BREADTH``, a preset's name, or a
-    ``Landscape``). Caching is off: a cached reply would hide calls from the stats and skip
-    the latency that benchmarks measure. Copies share `call_stats`.
+    ``Landscape``); ``latency`` how call times vary around ``task_latency`` and
+    ``reflection_latency`` (their medians): "fixed", "lognormal" or "heavy", drawn from
+    ``seed``. Caching is off: a cached reply would hide calls from the stats and skip
+    the latency that benchmarks measure. Copies share `call_stats` and the latency draws.
     """
 
     def __init__(
@@ -124,6 +127,8 @@ class SimulatedLM(dspy.BaseLM):
         reflection_error_rate: float | None = None,
         call_stats: CallStats | None = None,
         landscape: Landscape | str | None = None,
+        latency: str = "fixed",
+        seed: int = 0,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("temperature", 0.0)
@@ -133,6 +138,7 @@ class SimulatedLM(dspy.BaseLM):
         self.reflection_latency = reflection_latency
         self.reflection_error_rate = reflection_error_rate
         self.landscape = resolve_landscape(landscape)
+        self.latencies = LatencySampler(latency, seed)
         self.call_stats = call_stats or CallStats()
         self._bind_engine()
 
@@ -146,13 +152,17 @@ class SimulatedLM(dspy.BaseLM):
         return respond(messages, reflection_error_rate=self.reflection_error_rate, landscape=self.landscape)
 
     def latency(self, kind: str) -> float:
-        return self.reflection_latency if kind == "reflection" else self.task_latency
+        """The next ``kind`` call's latency, drawn around the configured one and recorded as slept."""
+        median = self.reflection_latency if kind == "reflection" else self.task_latency
+        return self.latencies.draw(kind, median)
 
     def stats(self) -> dict[str, Any]:
-        return self.call_stats.snapshot()
+        """Calls and peak concurrency by kind (``CallStats``), and the latencies slept."""
+        return {**self.call_stats.snapshot(), "latency": self.latencies.summary()}
 
     def reset_stats(self) -> None:
         self.call_stats.reset()
+        self.latencies.reset()
 
     def forward(self, prompt: str | None = None, messages: list[dict] | None = None, **kwargs: Any) -> dict[str, Any]:
         """OpenAI-shaped response dict, for callers that use the legacy forward() contract directly."""
