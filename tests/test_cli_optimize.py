@@ -121,6 +121,10 @@ def _error_line(capsys) -> str:
         (["optimize", "gsm8k", "--lm", "local", "--reflection-lm", "local", "--data-dir", "/nonexistent/data"],
          "--data-dir '/nonexistent/data' is not a directory"),
         (["optimize", "gsm8k", "--lm", "nosuchprovider-model", "--reflection-lm", "local"], "unknown LM spec"),
+        (["optimize", "sim", "--lm", "local", "--reflection-lm", "local", "--landscape", "breadth"],
+         "--landscape breadth shapes the simulated LM"),
+        (["optimize", "gsm8k", "--lm", "local", "--reflection-lm", "local", "--latency", "heavy"],
+         "--latency heavy shapes the simulated LM"),
     ],
 )
 def test_usage_errors_are_one_actionable_line(argv, needle, capsys):
@@ -193,6 +197,30 @@ def test_optimize_sim_starts_its_own_simulated_lm_and_learns(store, tmp_path, ca
     val = out.split("val:  seed ")[1].split()
     assert float(val[3]) > float(val[0])  # "seed 0.100 -> optimized 0.600": real learning, no key, no network
     assert "note: only" not in out  # every answer was a real call to the simulated server
+
+
+def test_optimize_sim_takes_the_landscape_and_latency_distribution(tmp_path, monkeypatch, capsys):
+    from dspy_pxn import testing
+
+    seen: list[dict] = []
+
+    class Recorded(testing.LatencyServer):
+        def close(self) -> None:
+            if self._proc is not None:
+                seen.append(self.stats())  # the server's own account, read before it stops
+            super().close()
+
+    monkeypatch.setattr(testing, "LatencyServer", Recorded)
+    assert cli(["optimize", "sim", "--p", "1", "--n", "1", "--task-latency", "0.002", "--landscape", "breadth",
+                "--latency", "lognormal", "--seed", "3", "--train-size", "30", "--val-size", "10", "--test-size", "20",
+                "--budget", "120", "--workers", "8", "--no-mlflow", "--log-dir", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "lognormal latencies around these medians, landscape breadth)" in out
+    (stats,) = seen
+    assert stats["config"]["landscape"]["name"] == "breadth" and stats["config"]["latency"] == "lognormal"
+    assert stats["config"]["latency_seed"] == 3
+    task = stats["latency"]["task"]
+    assert task["count"] == stats["calls"]["task"] > 0 and task["p50"] != task["max"]
 
 
 # ----------------------------------------------------------------------------- DSPy's cache

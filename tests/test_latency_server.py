@@ -5,7 +5,9 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import math
 import os
+import random
 import re
 import sys
 import time
@@ -13,6 +15,7 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from statistics import NormalDist
 
 import dspy
 import pytest
@@ -22,6 +25,14 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network: ski
 
 from dspy_pxn import testing as sim  # noqa: E402
 from dspy_pxn.testing import LatencyServer  # noqa: E402
+from dspy_pxn.testing.latency import (  # noqa: E402
+    LOGNORMAL_SIGMA,
+    STRAGGLER_FACTOR,
+    STRAGGLER_RATE,
+    LatencySampler,
+    draw_latency,
+    quantile,
+)
 
 ZORP = sim.RULES_BY_NAME["zorp"]
 
@@ -223,3 +234,174 @@ def test_close_terminates_process():
     with pytest.raises(OSError):
         urllib.request.urlopen(url + "/health", timeout=2)
     srv.close()  # idempotent
+
+
+# --------------------------------------------------------------------------- #
+# Latency distributions
+# --------------------------------------------------------------------------- #
+DRAWS = 200_000
+
+
+def draws(distribution: str, median: float = 1.0, seed: int = 0) -> list[float]:
+    rng = random.Random(seed)
+    return sorted(draw_latency(median, distribution, rng) for _ in range(DRAWS))
+
+
+def heavy_quantile(q: float) -> float:
+    """The heavy mixture's q-quantile (in medians), by bisection on its survival function."""
+    lo_f, hi_f = STRAGGLER_FACTOR
+
+    def survival(t: float) -> float:
+        body = 1 - NormalDist(0, LOGNORMAL_SIGMA).cdf(math.log(t))
+        straggler = min(1.0, max(0.0, (hi_f - t) / (hi_f - lo_f)))
+        return (1 - STRAGGLER_RATE) * body + STRAGGLER_RATE * straggler
+
+    lo, hi = 1e-3, hi_f
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if survival(mid) > 1 - q else (lo, mid)
+    return (lo + hi) / 2
+
+
+def test_fixed_latency_is_exact():
+    rng = random.Random(0)
+    assert {draw_latency(0.7, "fixed", rng) for _ in range(100)} == {0.7}
+    assert draw_latency(0.0, "lognormal", rng) == 0.0 and draw_latency(0.0, "heavy", rng) == 0.0
+
+
+def test_lognormal_has_the_configured_median_and_p99_over_p50_of_4():
+    xs = draws("lognormal", median=0.5)
+    p50, p90, p99 = (quantile(xs, q) for q in (0.5, 0.9, 0.99))
+    assert abs(p50 / 0.5 - 1) < 0.02
+    assert abs(p99 / p50 - 4) < 0.2, p99 / p50
+    # σ = ln 4 / 2.326 puts p90 at exp(1.2816 σ) ≈ 2.15 medians.
+    assert abs(p90 / p50 - math.exp(NormalDist().inv_cdf(0.9) * LOGNORMAL_SIGMA)) < 0.05
+    assert xs[0] > 0
+
+
+def test_heavy_tail_has_stragglers_beyond_the_lognormal():
+    xs = draws("heavy")
+    for q in (0.5, 0.9, 0.99):
+        expected = heavy_quantile(q)
+        assert abs(quantile(xs, q) / expected - 1) < 0.04, (q, quantile(xs, q), expected)
+    assert quantile(xs, 0.99) > 3 * quantile(draws("lognormal"), 0.99)  # p99 ≈ 15 medians, not 4
+    assert xs[-1] <= STRAGGLER_FACTOR[1]
+    beyond = sum(x > STRAGGLER_FACTOR[0] for x in xs) / DRAWS  # stragglers plus the body's own rare tail
+    assert STRAGGLER_RATE < beyond < STRAGGLER_RATE + 0.006, beyond
+
+
+def test_sampler_is_seeded_per_kind_and_records_what_it_hands_out():
+    def sequence(seed: int, interleave: bool) -> list[float]:
+        sampler = LatencySampler("lognormal", seed)
+        out = []
+        for _ in range(50):
+            out.append(sampler.draw("task", 1.0))
+            if interleave:
+                sampler.draw("reflection", 4.0)
+        return out
+
+    assert sequence(3, False) == sequence(3, True)  # reflection calls do not shift the task sequence
+    assert sequence(3, False) != sequence(4, False)
+    sampler = LatencySampler("heavy", seed=1)
+    handed = [sampler.draw("task", 0.1) for _ in range(101)]
+    summary = sampler.summary()
+    assert summary["distribution"] == "heavy" and summary["seed"] == 1
+    task = summary["task"]
+    assert task["count"] == 101 and task["max"] == max(handed)
+    assert task["p50"] == sorted(handed)[50] and abs(task["mean"] - sum(handed) / 101) < 1e-12
+    assert summary["reflection"]["count"] == 0
+    sampler.reset()
+    assert sampler.summary()["task"]["count"] == 0 and sampler.draw("task", 0.1) != handed[0]
+    with pytest.raises(ValueError, match="lognormal"):
+        LatencySampler("gaussian")
+
+
+def test_simulated_lm_draws_latencies_and_reports_them():
+    lm = sim.SimulatedLM(task_latency=0.002, latency="lognormal", seed=5)
+    twin = sim.SimulatedLM(task_latency=0.002, latency="lognormal", seed=5)
+    for model in (lm, twin):
+        with dspy.context(lm=model):
+            for i in range(20):
+                cot_with(sim.seed_instruction())(question=f"Apply rule zorp to {i}.")
+    assert lm.stats()["latency"] == twin.stats()["latency"]  # same seed, same sequence
+    task = lm.stats()["latency"]["task"]
+    assert task["count"] == 20 and task["p50"] != task["max"] and 0.0005 < task["p50"] < 0.008
+
+
+def chat(srv: LatencyServer, question: str) -> None:
+    status, body, _ = post(srv, "/v1/chat/completions",
+                           {"model": "sim-task", "messages": [{"role": "user", "content": f"[[ ## question ## ]]\n{question}"}]})
+    assert status == 200, body
+
+
+def test_server_sleeps_drawn_latencies_and_reports_them():
+    median, n = 0.02, 30
+    runs = []
+    for _ in range(2):
+        with LatencyServer(task_latency=median, reflection_latency=0.05, latency="lognormal", seed=7) as srv:
+            start = time.perf_counter()
+            for i in range(n):
+                chat(srv, f"Apply rule zorp to {i}.")
+            elapsed = time.perf_counter() - start
+            runs.append((srv.stats(), elapsed))
+    stats, elapsed = runs[0]
+    latency = stats["latency"]
+    assert latency["distribution"] == "lognormal" and latency["seed"] == 7
+    assert stats["config"]["latency"] == "lognormal" and stats["config"]["latency_seed"] == 7
+    task = latency["task"]
+    assert task["count"] == n and latency["reflection"]["count"] == 0
+    assert task["p50"] < task["p99"] <= task["max"] and 0.5 * median < task["p50"] < 2 * median
+    assert elapsed >= n * task["mean"]  # one call at a time: the wall-clock covers every latency it slept
+    assert runs[1][0]["latency"] == latency  # same seed, sequential calls: the same draws
+
+
+def test_fixed_server_reports_its_fixed_latency(server):
+    server.reset_stats()
+    chat(server, "Apply rule zorp to 1.")
+    latency = server.stats()["latency"]
+    assert latency["distribution"] == "fixed"
+    assert latency["task"] == {"count": 1, "mean": 0.0, "p50": 0.0, "p99": 0.0, "max": 0.0}
+
+
+# --------------------------------------------------------------------------- #
+# Landscapes and the merge prompt over HTTP
+# --------------------------------------------------------------------------- #
+
+
+def test_server_answers_with_its_landscape():
+    from dataclasses import asdict
+
+    custom = sim.Landscape(name="mine", learn_per_call=2, capacity=6, slip_rate=0.3, guess_rate=0.0)
+    for landscape in (sim.BREADTH, custom):
+        with LatencyServer(landscape=landscape) as srv:
+            assert srv.stats()["config"]["landscape"] == asdict(landscape)
+            lm = srv.lm()
+            instruction = sim.seed_instruction() + "\n" + ZORP.definition
+            with dspy.context(lm=lm):
+                for i in range(1, 31):
+                    cot_with(instruction)(question=f"Apply rule zorp to {i}.")
+            # Every reply is the in-process model's on this landscape, noise included ...
+            slipped = 0
+            for entry in lm.history:
+                sent, got = entry["messages"], entry["response"].choices[0].message.content
+                assert got == sim.respond(sent, landscape=landscape)[1]
+                slipped += got != sim.respond(sent)[1]  # ... which DEPTH's noiseless answer is not, sometimes
+            assert len(lm.history) == 30 and 0 < slipped < 20, slipped
+
+
+def test_merge_prompt_over_http(server):
+    class Merge(dspy.Signature):
+        """Combine the improving rewrites into one instruction."""
+
+        current_instruction: str = dspy.InputField()
+        improved_instructions: str = dspy.InputField()
+        merged_instruction: str = dspy.OutputField()
+
+    blick = sim.RULES_BY_NAME["blick"]
+    improved = (f"### Rewrite 1 (minibatch 0/3 -> 2/3)\nGo.\n{ZORP.definition}\nFeedback that led to it:\nWrong.\n\n"
+                f"### Rewrite 2 (minibatch 1/3 -> 3/3)\nGo.\n{blick.definition}\nFeedback that led to it:\nWrong.")
+    server.reset_stats()
+    with dspy.context(lm=server.lm("reflection")):
+        out = dspy.Predict(Merge)(current_instruction="Go.", improved_instructions=improved)
+    assert out.merged_instruction == f"Go.\n{ZORP.definition}\n{blick.definition}"
+    assert server.stats()["calls"]["reflection"] == 1

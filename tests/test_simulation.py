@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dspy_pxn import testing as sim
-from dspy_pxn.testing import CAPACITY, RULES, RULES_BY_NAME, SimulatedLM, respond, responder
+from dspy_pxn.testing import BREADTH, CAPACITY, DEPTH, RULES, RULES_BY_NAME, Landscape, SimulatedLM, respond, responder
+from dspy_pxn.testing.landscape import resolve_landscape
 
 ZORP = RULES_BY_NAME["zorp"]
 BLICK = RULES_BY_NAME["blick"]
@@ -407,3 +408,235 @@ def test_call_stats_counts_concurrency():
     snap = stats.snapshot()
     assert snap["calls"]["reflection"] == 5 and snap["max_in_flight"]["reflection"] == 5
     assert snap["max_in_flight"]["total"] == 5 and snap["in_flight"]["total"] == 0
+
+
+# --------------------------------------------------------------------------- #
+# Landscapes
+# --------------------------------------------------------------------------- #
+
+def test_landscape_presets_and_resolution():
+    assert DEPTH == Landscape() and (DEPTH.learn_per_call, DEPTH.capacity) == (1, CAPACITY) and not DEPTH.noisy
+    assert BREADTH.learn_per_call > 1 and BREADTH.capacity > CAPACITY and BREADTH.noisy
+    assert resolve_landscape(None) is DEPTH and resolve_landscape("Breadth") is BREADTH
+    assert resolve_landscape(BREADTH.to_json()) == BREADTH
+    custom = Landscape(name="x", learn_per_call=2, capacity=6, error_rate=0.1, slip_rate=0.05)
+    assert resolve_landscape(custom.to_json()) == custom
+    for bad in ("shallow", '{"name": "x", "width": 3}'):
+        with pytest.raises(ValueError):
+            resolve_landscape(bad)
+    with pytest.raises(ValueError, match="slip_rate"):
+        Landscape(slip_rate=1.5)
+    assert SimulatedLM().landscape is DEPTH and SimulatedLM(landscape="breadth").landscape is BREADTH
+
+
+def test_breadth_reflection_learns_several_definitions_per_call():
+    items = [wrong_fb(ZORP, 2), wrong_fb(ZORP, 3), wrong_fb(BLICK, 5), wrong_fb(RULES[2], 1), wrong_fb(RULES[3], 1)]
+    new = new_instruction(reflection_messages("Go.", items), reflection_error_rate=0.0, landscape=BREADTH)
+    # The first three distinct rules of the feedback, in feedback order, each once.
+    assert definitions(new) == [ZORP.definition, BLICK.definition, RULES[2].definition]
+    # The next call takes the next ones the instruction lacks; DEPTH would take one.
+    again = new_instruction(reflection_messages(new, items), reflection_error_rate=0.0, landscape=BREADTH)
+    assert definitions(again) == [*definitions(new), RULES[3].definition]
+    assert len(definitions(new_instruction(reflection_messages("Go.", items), reflection_error_rate=0.0))) == 1
+
+
+def test_breadth_capacity_evicts_oldest():
+    instruction = "Base.\n" + "\n".join(r.definition for r in RULES[: BREADTH.capacity])
+    new = new_instruction(reflection_messages(instruction, [wrong_fb(r, 2) for r in RULES[8:11]]),
+                          reflection_error_rate=0.0, landscape=BREADTH)
+    assert definitions(new) == [r.definition for r in RULES[3 : BREADTH.capacity]] + [r.definition for r in RULES[8:11]]
+    assert len(definitions(new)) == BREADTH.capacity and new.startswith("Base.")
+
+
+def test_breadth_copies_each_definition_wrong_independently():
+    garbled, mixed, n = 0, 0, 150
+    for i in range(n):
+        rules = [RULES[(i + k) % 12] for k in range(3)]
+        new = new_instruction(reflection_messages("Go.", [wrong_fb(r, 1 + i % 50) for r in rules]), landscape=BREADTH)
+        wrong = [d != r.definition for d, r in zip(definitions(new), rules, strict=True)]
+        garbled += sum(wrong)
+        mixed += 0 < sum(wrong) < 3
+    rate = garbled / (3 * n)
+    assert abs(rate - sim.DEFAULT_REFLECTION_ERROR_RATE) < 0.08, rate
+    # Independent draws at 0.4: P(mixed) = 1 - 0.6^3 - 0.4^3 = 0.72; one shared draw would give 0.
+    assert mixed / n > 0.55, mixed / n
+
+
+def task_answer(question: str, instruction: str, landscape: Landscape, adapter=None) -> str:
+    messages, sig = task_messages(question, instruction, adapter=adapter)
+    return (adapter or ChatAdapter()).parse(sig, respond(messages, landscape=landscape)[1])["answer"]
+
+
+def noise_rates(landscape: Landscape, trials: int = 600) -> tuple[float, float]:
+    """(share wrong when the instruction knows the rule, share right when it does not)."""
+    slips = guesses = 0
+    for i in range(trials):
+        rule, x = RULES[i % 12], 1 + (i * 7) % 50
+        head = f"Go. Variant {i // 12}."
+        q = f"Apply rule {rule.name} to {x}."
+        slips += task_answer(q, f"{head}\n{rule.definition}", landscape) != str(rule.apply(x))
+        guesses += task_answer(q, head, landscape) == str(rule.apply(x))
+    return slips / trials, guesses / trials
+
+
+def test_breadth_answers_are_noisy_at_the_landscape_rates():
+    slip, guess = noise_rates(BREADTH)
+    # 600 Bernoulli(0.15) trials: σ ≈ 0.015, so ±0.05 is over 3σ.
+    assert abs(slip - BREADTH.slip_rate) < 0.05 and abs(guess - BREADTH.guess_rate) < 0.05, (slip, guess)
+    assert noise_rates(DEPTH, 120) == (0.0, 0.0)
+
+
+def test_answer_noise_is_fixed_by_instruction_and_question():
+    instruction = "Go.\n" + "\n".join(r.definition for r in RULES[:8])
+    edited = instruction.replace("Go.", "Go, carefully.")
+    questions = [f"Apply rule {r.name} to {x}." for r in RULES[:8] for x in range(1, 21)]
+    first = [task_answer(q, instruction, BREADTH) for q in questions]
+    # The same candidate on the same example: the same answer, every time and in either adapter.
+    assert first == [task_answer(q, instruction, BREADTH) for q in questions]
+    assert first == [task_answer(q, instruction, BREADTH, JSONAdapter()) for q in questions]
+    # An edit that changes no definition re-draws the luck: other examples go wrong.
+    right = [a == str(RULES_BY_NAME[q.split()[2]].apply(int(q.split()[4][:-1]))) for q, a in zip(questions, first)]
+    right_edited = [task_answer(q, edited, BREADTH) == str(RULES_BY_NAME[q.split()[2]].apply(int(q.split()[4][:-1])))
+                    for q in questions]
+    assert right != right_edited and 0.7 < sum(right) / len(right) < 0.95
+
+
+def test_breadth_scores_are_stable_per_candidate_and_noisy_in_expectation():
+    """What lets adaptive selection overfit val: a candidate's val score is a fixed number, its own luck."""
+    val = sim.make_splits(seed=0).val
+    program = sim.seed_program()
+    program.predict.signature = program.predict.signature.with_instructions(
+        "Go.\n" + "\n".join(r.definition for r in RULES[: BREADTH.capacity]))
+    lm = SimulatedLM(landscape=BREADTH)
+
+    def evaluate(data):
+        with dspy.context(lm=lm):
+            return dspy.Evaluate(devset=data, metric=sim.score, num_threads=4, display_progress=False)(program).score
+
+    assert evaluate(val) == evaluate(val)
+    big = sim.make_examples(1000, seed=99)
+    with dspy.context(lm=SimulatedLM()):  # DEPTH: no noise; its score is the rules' coverage
+        exact = dspy.Evaluate(devset=big, metric=sim.score, num_threads=4, display_progress=False)(program).score
+    noisy = evaluate(big)
+    # E[score] = coverage * (1 - slip) + (1 - coverage) * guess.
+    expected = exact * (1 - BREADTH.slip_rate) + (100 - exact) * BREADTH.guess_rate
+    assert abs(noisy - expected) < 4, (noisy, expected)
+
+
+# --------------------------------------------------------------------------- #
+# Sibling merge
+# --------------------------------------------------------------------------- #
+
+
+class MergeInstructions(dspy.Signature):
+    """Combine the improving rewrites of the current instruction into one instruction that keeps what each learned."""
+
+    current_instruction: str = dspy.InputField(desc="the instruction the rewrites started from")
+    improved_instructions: str = dspy.InputField(desc="each improving rewrite and the feedback that led to it")
+    merged_instruction: str = dspy.OutputField(desc="one instruction combining them")
+
+
+def rewrite_blocks(rewrites: list[str], feedback: list[str] | None = None) -> str:
+    feedback = feedback or [f"Wrong: expected 1. Rule definition: {RULES[11].definition}."] * len(rewrites)
+    return "\n\n".join(f"### Rewrite {i + 1} (minibatch 0/3 -> 2/3)\n{text}\nFeedback that led to it:\n{fb}"
+                       for i, (text, fb) in enumerate(zip(rewrites, feedback, strict=True)))
+
+
+def merged(current: str, rewrites: list[str], landscape: Landscape = DEPTH, adapter=None,
+           feedback: list[str] | None = None, **lm_kw) -> str:
+    lm = SimulatedLM(landscape=landscape, **lm_kw)
+    with dspy.context(lm=lm, adapter=adapter or ChatAdapter()):
+        out = dspy.Predict(MergeInstructions)(current_instruction=current,
+                                              improved_instructions=rewrite_blocks(rewrites, feedback))
+    assert lm.stats()["calls"] == {"task": 0, "reflection": 1, "total": 1}
+    return out.merged_instruction
+
+
+def defs_of(*rules: sim.Rule) -> str:
+    return "\n".join(r.definition for r in rules)
+
+
+ADAPTERS = pytest.mark.parametrize("adapter", [ChatAdapter(), JSONAdapter()], ids=["chat", "json"])
+LANDSCAPES = pytest.mark.parametrize("landscape", [DEPTH, BREADTH], ids=["depth", "breadth"])
+
+
+@ADAPTERS
+@LANDSCAPES
+def test_merge_takes_the_union_of_the_rewrites_current_first(landscape, adapter):
+    r = RULES
+    current = f"Apply the rule.\nBe exact.\n{defs_of(r[0])}"
+    rewrites = [f"Apply the rule.\nBe exact.\n{defs_of(r[0], r[1])}",
+                f"Apply the rule.\nBe exact.\n{defs_of(r[0], r[2])}",
+                f"Apply the rule.\nBe exact.\n{defs_of(r[0], r[1], r[3])}"]
+    out = merged(current, rewrites, landscape, adapter)
+    assert out.startswith("Apply the rule.\nBe exact.\n")
+    assert definitions(out) == [r[0].definition, r[1].definition, r[2].definition, r[3].definition]
+
+
+@ADAPTERS
+@LANDSCAPES
+def test_merge_enforces_the_landscape_capacity(landscape, adapter):
+    r = RULES
+    current = "Go.\n" + defs_of(*r[:4])
+    rewrites = ["Go.\n" + defs_of(*r[:4], r[4], r[5]), "Go.\n" + defs_of(*r[:4], r[6])]
+    union = [x.definition for x in r[:7]]
+    # DEPTH holds 5 of the 7 (the current's two oldest evicted); BREADTH holds all 7.
+    assert definitions(merged(current, rewrites, landscape, adapter)) == union[-landscape.capacity:]
+
+
+@ADAPTERS
+@LANDSCAPES
+def test_merge_learns_nothing_from_feedback_and_copies_without_error(landscape, adapter):
+    current = "Go.\n" + defs_of(ZORP)
+    rewrites = ["Go.\n" + defs_of(ZORP, BLICK)]
+    feedback = ["Wrong: expected 9. Rule definition: frim(x) = 2*x + 7.\nfrim(x) = 2*x + 7"]
+    # A reflection that always garbles still merges verbatim: the merge copies, it does not learn.
+    out = merged(current, rewrites, landscape, adapter, feedback, reflection_error_rate=1.0)
+    assert definitions(out) == [ZORP.definition, BLICK.definition]
+
+
+@ADAPTERS
+def test_merge_resolves_disagreement_by_majority_then_first(adapter):
+    garbled_zorp, other_zorp = "zorp(x) = 3*x + 4", "zorp(x) = 3*x + 2"
+    current = "Go.\n" + garbled_zorp
+    # Two rewrites corrected zorp, one kept the garbled copy: the majority's version wins.
+    majority = ["Go.\n" + ZORP.definition, "Go.\n" + garbled_zorp, "Go.\n" + ZORP.definition]
+    assert definitions(merged(current, majority, adapter=adapter)) == [ZORP.definition]
+    # One vote each: the first rewrite's version.
+    tie = ["Go.\n" + other_zorp, "Go.\n" + ZORP.definition]
+    assert definitions(merged(current, tie, adapter=adapter)) == [other_zorp]
+    # A rule no rewrite mentions (blick, evicted by the rewrite) keeps the current's version and place.
+    frim = RULES_BY_NAME["frim"]
+    kept = merged("Go.\n" + defs_of(BLICK) + "\n" + garbled_zorp, ["Go.\n" + garbled_zorp + "\n" + frim.definition],
+                  adapter=adapter)
+    assert definitions(kept) == [BLICK.definition, garbled_zorp, frim.definition]
+
+
+def test_merged_instruction_is_what_the_task_model_reads():
+    """The merge of two rewrites that each learned one rule answers both rules' questions."""
+    out = merged("Go.", ["Go.\n" + ZORP.definition, "Go.\n" + BLICK.definition])
+    assert cot_answer_sim("Apply rule zorp to 4.", out) == "13" and cot_answer_sim("Apply rule blick to 4.", out) == "14"
+
+
+def cot_answer_sim(question: str, instruction: str) -> str:
+    with dspy.context(lm=SimulatedLM()):
+        return cot_answer(question, instruction)
+
+
+def test_merge_reads_rewrites_however_they_are_split():
+    from dspy_pxn.testing.responder import _rewrite_texts, merge_instructions
+
+    assert _rewrite_texts("Go.\nzorp(x) = 3*x + 1") == ["Go.\nzorp(x) = 3*x + 1"]
+    assert _rewrite_texts(json.dumps(["A.\n" + ZORP.definition, "B.\n" + BLICK.definition])) == [
+        "A.\n" + ZORP.definition, "B.\n" + BLICK.definition]
+    blocks = rewrite_blocks(["A.\n" + ZORP.definition, "B."])
+    assert _rewrite_texts(blocks) == ["A.\n" + ZORP.definition, "B."]
+    assert merge_instructions("", [], capacity=5) == sim.seed_instruction()
+    assert merge_instructions("Go.", ["Go."], capacity=5) == "Go."
+
+
+def test_merge_prompt_is_a_reflection_call_that_never_raises():
+    system = "Your output fields are:\n1. `merged_instruction` (str):\nAll interactions"
+    for user in ("", "[[ ## improved_instructions ## ]]\n[not json", "[[ ## current_instruction ## ]]\n"):
+        kind, content = respond([{"role": "system", "content": system}, {"role": "user", "content": user}])
+        assert kind == "reflection" and "[[ ## merged_instruction ## ]]" in content

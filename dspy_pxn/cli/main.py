@@ -31,7 +31,14 @@ def _run_options(parser: argparse.ArgumentParser, demo: bool = False) -> None:
                         help="let DSPy answer repeated LM requests from its cache (off: every call is real, so "
                              "timings and costs are a fresh run's)")
     parser.add_argument("--task-latency", type=float, default=0.5,
-                        help="sim only: seconds per simulated task call (reflection takes 4x)")
+                        help="sim only: seconds per simulated task call (reflection takes 4x); the median with "
+                             "--latency lognormal|heavy")
+    parser.add_argument("--latency", choices=("fixed", "lognormal", "heavy"), default="fixed",
+                        help="sim only: fixed call times, lognormal (p99/p50 = 4) or heavy (lognormal plus 3%% "
+                             "stragglers at 5-20x), drawn from --seed")
+    parser.add_argument("--landscape", choices=("depth", "breadth"), default="depth",
+                        help="sim only: the simulated model; depth learns one rule per reflection, breadth several, "
+                             "with noisy answers that let selection overfit val")
     parser.add_argument("--api-base", help="OpenAI-compatible endpoint for API-model specs (probed before the run)")
     parser.add_argument("--reflection-api-base", help="endpoint for the reflection LM (default: --api-base)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per LM call")

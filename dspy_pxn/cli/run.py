@@ -119,6 +119,7 @@ def _prepare(args: argparse.Namespace, resources: contextlib.ExitStack) -> tuple
     if args.lm is None and args.task != "sim":
         raise UsageError(f"{args.task} needs --lm (a litellm model string, or local) and --reflection-lm; only "
                          "the sim task starts its own simulated LM.")
+    _check_simulated_only(args)
     if args.lm is None or args.reflection_lm is None:
         if args.lm is not None or args.reflection_lm is not None:
             raise UsageError("pass both --lm and --reflection-lm, or neither (sim only: the simulated LM).")
@@ -145,6 +146,15 @@ def _prepare(args: argparse.Namespace, resources: contextlib.ExitStack) -> tuple
     return task, reflection_lm
 
 
+def _check_simulated_only(args: argparse.Namespace) -> None:
+    """--landscape and --latency shape the simulated LM; with a real --lm they would be silently ignored."""
+    simulated_settings = {"--landscape": (args.landscape, "depth"), "--latency": (args.latency, "fixed")}
+    for flag, (value, default) in simulated_settings.items():
+        if args.lm is not None and value != default:
+            raise UsageError(f"{flag} {value} shapes the simulated LM of the sim task; drop it, or drop --lm and "
+                             "--reflection-lm to use the simulated LM.")
+
+
 def _start_simulated_lm(args: argparse.Namespace, resources: contextlib.ExitStack) -> None:
     """The sim task's LMs: dspy-pxn's latency server on loopback, reached through litellm like any API."""
     from dspy_pxn.testing import LatencyServer
@@ -152,10 +162,14 @@ def _start_simulated_lm(args: argparse.Namespace, resources: contextlib.ExitStac
     if args.task_latency < 0:
         raise UsageError(f"--task-latency {args.task_latency} must be >= 0 seconds.")
     server = resources.enter_context(LatencyServer(task_latency=args.task_latency,
-                                                   reflection_latency=SIM_REFLECTION_FACTOR * args.task_latency))
+                                                   reflection_latency=SIM_REFLECTION_FACTOR * args.task_latency,
+                                                   landscape=args.landscape, latency=args.latency, seed=args.seed))
     args.lm, args.reflection_lm, args.api_base = "openai/sim-task", "openai/sim-reflection", server.base_url
+    # The default run prints what it always printed; other settings are named after it.
+    extras = f", {args.latency} latencies around these medians" if args.latency != "fixed" else ""
+    extras += f", landscape {args.landscape}" if args.landscape != "depth" else ""
     print(f"sim: simulated LM server at {server.base_url} (task call {args.task_latency:g} s, reflection "
-          f"{SIM_REFLECTION_FACTOR * args.task_latency:g} s)", flush=True)
+          f"{SIM_REFLECTION_FACTOR * args.task_latency:g} s{extras})", flush=True)
 
 
 def optimize_command(args: argparse.Namespace) -> int:

@@ -8,15 +8,20 @@ and it counts calls and peak concurrency so tests can *measure* parallelism.
 
 What it can answer (``responder.respond``): the synthetic rule task ("Apply rule zorp
 to 7.") through any DSPy program whose predictors take the question, the reflection
-prompts GEPA sends about it (an instruction rewrite, its shortening, and a dspy.Flex
-code revision), in DSPy's ChatAdapter or JSONAdapter format. What it cannot answer:
+prompts GEPA sends about it (an instruction rewrite, its shortening, a dspy.Flex code
+revision, and a sibling merge of several rewrites into one ``merged_instruction``), in
+DSPy's ChatAdapter or JSONAdapter format, on either landscape (``--landscape depth``,
+today's model, or ``breadth``: several definitions per reflection and noisy answers).
+Latencies are fixed or drawn around the configured ones (``--latency lognormal|heavy``,
+``--latency-seed``); ``/stats`` reports the latencies slept. What it cannot answer:
 anything else. A GSM8K, LiveBench-Math or HoVer question gets a well-formed but
 meaningless reply (answer "0"), so those tasks score 0 against it: it exercises their
 wiring, not their learning. ``dspy-pxn optimize sim`` runs the synthetic task on it.
 
 CLI::
 
-    python -m dspy_pxn.testing.latency_server --port 0 --task-latency 0.5 --reflection-latency 2.0
+    python -m dspy_pxn.testing.latency_server --port 0 --task-latency 0.5 --reflection-latency 2.0 \
+        [--latency fixed|lognormal|heavy --latency-seed 0] [--landscape depth|breadth]
 
 prints exactly one line ``READY http://127.0.0.1:<port>/v1`` once listening.
 """
@@ -36,6 +41,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
 from dspy_pxn.testing import responder
+from dspy_pxn.testing.landscape import DEPTH, LANDSCAPES, Landscape, resolve_landscape
+from dspy_pxn.testing.latency import DISTRIBUTIONS, LatencySampler
 from dspy_pxn.testing.responder import respond
 from dspy_pxn.testing.wire import CallStats, chat_completion_body
 
@@ -87,11 +94,16 @@ class SimServer(ThreadingHTTPServer):
         reflection_latency: float = 0.0,
         reflection_error_rate: float | None = None,
         faults: FaultInjector | None = None,
+        landscape: Landscape = DEPTH,
+        latency: str = "fixed",
+        seed: int = 0,
     ) -> None:
         super().__init__((HOST, port), _Handler)
         self.task_latency = task_latency
         self.reflection_latency = reflection_latency
         self.reflection_error_rate = reflection_error_rate
+        self.landscape = landscape
+        self.latencies = LatencySampler(latency, seed)
         self.faults = faults
         self.call_stats = CallStats()
         self._meta_lock = threading.Lock()
@@ -120,14 +132,14 @@ class SimServer(ThreadingHTTPServer):
             snap["faults"] = {k: self.fault_counts.get(k, 0) for k in INJECTED_REPLIES}
             snap["faults"]["total"] = sum(self.fault_counts.values())
         snap["requests"] = self.requests.snapshot()
+        snap["latency"] = self.latencies.summary()  # what the answered calls slept, by kind
         snap["config"] = {
             "task_latency": self.task_latency,
             "reflection_latency": self.reflection_latency,
-            "reflection_error_rate": (
-                responder.DEFAULT_REFLECTION_ERROR_RATE
-                if self.reflection_error_rate is None
-                else self.reflection_error_rate
-            ),
+            "latency": self.latencies.distribution,
+            "latency_seed": self.latencies.seed,
+            "reflection_error_rate": responder.copy_error_rate(self.reflection_error_rate, self.landscape),
+            "landscape": json.loads(self.landscape.to_json()),
             "faults": json.loads(self.faults.to_json()) if self.faults is not None else {},
         }
         return snap
@@ -135,6 +147,7 @@ class SimServer(ThreadingHTTPServer):
     def reset_stats(self) -> None:
         self.call_stats.reset()
         self.requests.reset()
+        self.latencies.reset()
         with self._meta_lock:
             self.clients.clear()
             self.streamed = 0
@@ -215,7 +228,7 @@ class _Handler(BaseHTTPRequestHandler):
         srv = self.server
         with srv._meta_lock:
             srv.clients[_client_id(self.headers)] += 1
-        kind, content = respond(messages, reflection_error_rate=srv.reflection_error_rate)
+        kind, content = respond(messages, reflection_error_rate=srv.reflection_error_rate, landscape=srv.landscape)
         with srv.requests.track(kind):
             fault = None
             if srv.faults is not None and srv.faults.active:
@@ -244,7 +257,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._hang(srv.faults.hang_s)
                 return
             with srv.call_stats.track(kind):
-                delay = srv.reflection_latency if kind == "reflection" else srv.task_latency
+                delay = srv.latencies.draw(kind, srv.reflection_latency if kind == "reflection" else srv.task_latency)
                 if delay > 0:
                     time.sleep(delay)
         finish_reason = "stop"
@@ -315,6 +328,9 @@ def serve(
     reflection_latency: float = 0.0,
     reflection_error_rate: float | None = None,
     faults: FaultInjector | None = None,
+    landscape: Landscape = DEPTH,
+    latency: str = "fixed",
+    seed: int = 0,
 ) -> None:
     """Run until killed, announcing the URL on stdout only once the socket is listening."""
     server = SimServer(
@@ -323,6 +339,9 @@ def serve(
         reflection_latency=reflection_latency,
         reflection_error_rate=reflection_error_rate,
         faults=faults,
+        landscape=landscape,
+        latency=latency,
+        seed=seed,
     )
     print(f"READY {server.base_url}", flush=True)
     try:
@@ -336,8 +355,15 @@ def serve(
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
-    parser.add_argument("--task-latency", type=float, default=0.0, help="seconds per task call")
-    parser.add_argument("--reflection-latency", type=float, default=0.0, help="seconds per reflection call")
+    parser.add_argument("--task-latency", type=float, default=0.0, help="seconds per task call (the median)")
+    parser.add_argument("--reflection-latency", type=float, default=0.0,
+                        help="seconds per reflection call (the median)")
+    parser.add_argument("--latency", choices=DISTRIBUTIONS, default="fixed",
+                        help="fixed: exactly those seconds; lognormal: p99/p50 = 4; heavy: lognormal plus 3%% "
+                             "stragglers at 5-20x")
+    parser.add_argument("--latency-seed", type=int, default=0, help="seed of the latency draws")
+    parser.add_argument("--landscape", type=resolve_landscape, default=DEPTH,
+                        help=f"the simulated model's character: {'|'.join(LANDSCAPES)} (or a Landscape's JSON)")
     parser.add_argument(
         "--reflection-error-rate", type=float, default=None,
         help=f"probability a reflection garbles its new definition (default {responder.DEFAULT_REFLECTION_ERROR_RATE})",
@@ -351,6 +377,9 @@ def main(argv: list[str] | None = None) -> None:
         reflection_latency=args.reflection_latency,
         reflection_error_rate=args.reflection_error_rate,
         faults=_load_injector(args.fault_injector, args.faults or "{}") if args.fault_injector else None,
+        landscape=args.landscape,
+        latency=args.latency,
+        seed=args.latency_seed,
     )
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from dspy_pxn.testing.landscape import DEPTH, LANDSCAPES, Landscape, resolve_landscape
+from dspy_pxn.testing.latency import check_distribution
 from dspy_pxn.testing.latency_server import FaultInjector
 
 # urllib must not route loopback stats calls through any configured HTTP proxy.
@@ -29,7 +31,9 @@ class LatencyServer:
     """Start the server CLI as a subprocess and hand out `dspy.LM`s pointed at it.
 
     A subprocess, not a thread: the simulated provider must not steal GIL time
-    from the optimiser being benchmarked (nor be slowed by it).
+    from the optimiser being benchmarked (nor be slowed by it). ``task_latency`` and
+    ``reflection_latency`` are medians when ``latency`` is "lognormal" or "heavy" (drawn
+    from ``seed``); ``landscape`` is the model's character (``DEPTH`` unless told).
     """
 
     def __init__(
@@ -41,10 +45,16 @@ class LatencyServer:
         faults: FaultInjector | None = None,
         port: int = 0,
         startup_timeout: float = 30.0,
+        landscape: Landscape | str | None = None,
+        latency: str = "fixed",
+        seed: int = 0,
     ) -> None:
         self.task_latency = task_latency
         self.reflection_latency = reflection_latency
         self.reflection_error_rate = reflection_error_rate
+        self.landscape = resolve_landscape(landscape)
+        self.latency = check_distribution(latency)
+        self.seed = seed
         self.faults = faults
         self.port = port
         self.startup_timeout = startup_timeout
@@ -65,6 +75,11 @@ class LatencyServer:
         ]
         if self.reflection_error_rate is not None:
             cmd += ["--reflection-error-rate", str(self.reflection_error_rate)]
+        if self.latency != "fixed":
+            cmd += ["--latency", self.latency, "--latency-seed", str(self.seed)]
+        if self.landscape != DEPTH:
+            preset = LANDSCAPES.get(self.landscape.name)
+            cmd += ["--landscape", preset.name if preset == self.landscape else self.landscape.to_json()]
         # Make `dspy_pxn` (and the fault injector's package) importable in the child however the parent found them.
         roots = [str(Path(__file__).resolve().parents[2])]
         if self.faults is not None:

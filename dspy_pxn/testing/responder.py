@@ -3,10 +3,12 @@
 The task model answers right iff the rule's exact definition is in the instruction. The
 reflection model learns one definition per call from the metric's feedback, into an
 instruction of bounded capacity (``CAPACITY``), and sometimes copies it wrong. So
-optimisation makes real but noisy progress, and which rules to keep matters. It also
-answers dspy.Flex's code proposer (rewriting the instruction inside the module source)
-and the instruction proposer's shortening request. Pure logic, no I/O: the latency
-server serves it over HTTP, ``SimulatedLM`` in-process.
+optimisation makes real but noisy progress, and which rules to keep matters. A
+``Landscape`` changes those numbers (``BREADTH``: several definitions per call, a larger
+capacity, and answer noise). It also answers dspy.Flex's code proposer (rewriting the
+instruction inside the module source), the instruction proposer's shortening request,
+and a sibling-merge prompt (``merged_instruction``: combine several improving rewrites).
+Pure logic, no I/O: the latency server serves it over HTTP, ``SimulatedLM`` in-process.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dspy_pxn.testing.task import _QUESTION_RE, CAPACITY, RULES_BY_NAME, _eval_expr, seed_instruction
+from dspy_pxn.testing.landscape import DEPTH, Landscape
+from dspy_pxn.testing.task import _QUESTION_RE, RULES_BY_NAME, _eval_expr, seed_instruction
 from dspy_pxn.testing.wire import message_text as _text
 
 # Probability that a reflection rewrite copies the harvested definition wrong;
@@ -53,6 +56,15 @@ def _split_messages(messages: Sequence[Mapping[str, Any]]) -> tuple[str, str, st
 
 def _sections(text: str) -> dict[str, str]:
     return {name: body.strip() for name, body in _SECTION_RE.findall(text)}
+
+
+_ADAPTER_TAIL_RE = re.compile(r"\n\s*\nRespond with [^\n]*\s*\Z")
+
+
+def _without_adapter_tail(section: str) -> str:
+    """The last section's own text: DSPy appends its "Respond with ..." line to the user message,
+    differently per adapter, and the value must not depend on the adapter."""
+    return _ADAPTER_TAIL_RE.sub("", section).strip()
 
 
 def _output_fields(system: str) -> list[str]:
@@ -93,7 +105,14 @@ def _wrong(x: int, correct: int | None) -> int:
     return x if x != correct else x + 1
 
 
-def _answer_task(system: str, user: str) -> str:
+def _luck(instruction: str, question: str) -> float:
+    """A uniform draw fixed by (instruction, question): the same candidate on the same example is
+    always equally lucky, and any edit to the instruction re-draws its luck everywhere."""
+    key = f"luck\0{instruction}\0{_without_adapter_tail(question)}".encode("utf-8", "replace")
+    return _unit(hashlib.sha256(key).digest())
+
+
+def _answer_task(system: str, user: str, landscape: Landscape = DEPTH) -> str:
     fields = _output_fields(system) or ["answer"]
     json_mode = _json_mode(system)
     question = _sections(user).get("question", user)
@@ -106,7 +125,14 @@ def _answer_task(system: str, user: str) -> str:
     correct = rule.apply(x) if rule is not None else None
     instruction = _instruction_of(system)
     known = [expr.strip() for n, expr in _DEF_RE.findall(instruction) if n == name]
-    if rule is not None and rule.expr in known:
+    knows = rule is not None and rule.expr in known
+    luck = _luck(instruction, question) if landscape.noisy and rule is not None else 1.0
+    if knows and luck < landscape.slip_rate:
+        answer = _wrong(x, correct)
+        reasoning = f"By the instruction, {rule.definition}; with x = {x} that is {answer}."  # a slip
+    elif not knows and luck < landscape.guess_rate:
+        answer, reasoning = correct, f"The instruction does not settle {name}; my best guess for x = {x} is {correct}."
+    elif knows:
         answer, reasoning = correct, f"By the instruction, {rule.definition}; with x = {x} that is {correct}."
     elif known:
         # A garbled (or foreign) definition: the model faithfully applies it, which is wrong.
@@ -138,40 +164,69 @@ def _garble(expr: str, digest: bytes) -> str:
     return expr[: m.start(1)] + str(int(m.group(1)) + delta)
 
 
-def _rewrite_instruction(current: str, feedback: str, digest: bytes, error_rate: float) -> str:
-    lines = current.splitlines()
+Definition = tuple[str, str]  # (rule name, expression)
+
+
+def _split_instruction(text: str) -> tuple[str, list[Definition]]:
+    """(head text: every line that is not a definition line, the definition lines in order)."""
     base: list[str] = []
-    defs: list[tuple[str, str]] = []
-    for line in lines:
+    defs: list[Definition] = []
+    for line in text.splitlines():
         dm = _DEF_LINE_RE.match(line)
         if dm:
             defs.append((dm.group(1), dm.group(2).strip()))
         else:
             base.append(line)
-    present = {(n, e.strip()) for n, e in _DEF_RE.findall(current)}
-    new: tuple[str, str] | None = None
-    for name, expr in _FEEDBACK_DEF_RE.findall(feedback):
-        if (name, expr.strip()) not in present:
-            new = (name, expr.strip())
-            break
-    if new is None:
-        return current.strip() or seed_instruction()
-    if _unit(digest) < error_rate:
-        new = (new[0], _garble(new[1], digest))
-    # One definition per rule: a corrected one replaces an old (possibly garbled) copy.
-    defs = [d for d in defs if d[0] != new[0]] + [new]
-    while len(defs) > CAPACITY:
+    return "\n".join(base).strip(), defs
+
+
+def _compose(head: str, defs: Sequence[Definition], capacity: int) -> str:
+    """Head text then one definition per line, the oldest evicted beyond ``capacity``."""
+    defs = list(defs)
+    while len(defs) > capacity:
         defs.pop(0)  # oldest first
-    head = "\n".join(base).strip() or seed_instruction()
-    return head + "\n" + "\n".join(f"{n}(x) = {e}" for n, e in defs)
+    return (head or seed_instruction()) + "\n" + "\n".join(f"{n}(x) = {e}" for n, e in defs)
 
 
-def _answer_reflection(system: str, user: str, full: str, error_rate: float) -> str:
+def _learned(current: str, feedback: str, limit: int) -> list[Definition]:
+    """The first ``limit`` feedback definitions (one per rule) the current instruction lacks verbatim."""
+    present = {(n, e.strip()) for n, e in _DEF_RE.findall(current)}
+    new: list[Definition] = []
+    for name, expr in _FEEDBACK_DEF_RE.findall(feedback):
+        if (name, expr.strip()) not in present and all(name != n for n, _ in new):
+            new.append((name, expr.strip()))
+            if len(new) == limit:
+                break
+    return new
+
+
+def _copy_digest(digest: bytes, i: int) -> bytes:
+    """The i-th learned definition's own random bytes; the first uses the prompt's digest itself,
+    so a one-definition landscape copies exactly as it always has."""
+    return digest if i == 0 else hashlib.sha256(digest + i.to_bytes(4, "big")).digest()
+
+
+def _rewrite_instruction(current: str, feedback: str, digest: bytes, error_rate: float,
+                         landscape: Landscape = DEPTH) -> str:
+    head, defs = _split_instruction(current)
+    new = _learned(current, feedback, landscape.learn_per_call)
+    if not new:
+        return current.strip() or seed_instruction()
+    copied = []
+    for i, (name, expr) in enumerate(new):
+        d = _copy_digest(digest, i)
+        copied.append((name, _garble(expr, d) if _unit(d) < error_rate else expr))
+    # One definition per rule: a corrected one replaces an old (possibly garbled) copy.
+    names = {n for n, _ in copied}
+    return _compose(head, [d for d in defs if d[0] not in names] + copied, landscape.capacity)
+
+
+def _answer_reflection(system: str, user: str, full: str, error_rate: float, landscape: Landscape = DEPTH) -> str:
     sections = _sections(user)
     current = sections.get("current_instruction", "")
     feedback = sections.get("examples_with_feedback", user)
     digest = hashlib.sha256(full.encode("utf-8", "replace")).digest()
-    new_instruction = _rewrite_instruction(current, feedback, digest, error_rate)
+    new_instruction = _rewrite_instruction(current, feedback, digest, error_rate, landscape)
     fields = _output_fields(system) or ["new_instruction"]
     return _render(fields, {"new_instruction": new_instruction}, _json_mode(system))
 
@@ -191,7 +246,7 @@ def _instruction_literal(source: str) -> ast.Constant | None:
     return None
 
 
-def _answer_code(system: str, user: str, full: str, error_rate: float) -> str:
+def _answer_code(system: str, user: str, full: str, error_rate: float, landscape: Landscape = DEPTH) -> str:
     """dspy.Flex's code proposer: rewrite the instruction inside the module source, as reflection would.
 
     The simulated code model edits only the instruction literal of the module's
@@ -205,7 +260,7 @@ def _answer_code(system: str, user: str, full: str, error_rate: float) -> str:
     if literal is None:
         return _render(fields, {"revised_source": source}, _json_mode(system))
     digest = hashlib.sha256(full.encode("utf-8", "replace")).digest()
-    new_instruction = _rewrite_instruction(literal.value, sections.get("failures", ""), digest, error_rate)
+    new_instruction = _rewrite_instruction(literal.value, sections.get("failures", ""), digest, error_rate, landscape)
     lines = source.encode().splitlines(keepends=True)  # ast offsets count UTF-8 bytes
     start = sum(len(line) for line in lines[: literal.lineno - 1]) + literal.col_offset
     end = sum(len(line) for line in lines[: literal.end_lineno - 1]) + literal.end_col_offset
@@ -228,21 +283,114 @@ def _answer_compress(system: str, user: str) -> str:
     return _render(fields, {"shortened_instruction": short}, _json_mode(system))
 
 
-def respond(messages: Sequence[Mapping[str, Any]], *, reflection_error_rate: float | None = None) -> tuple[str, str]:
+# --------------------------------------------------------------------------- #
+# Simulated sibling merge
+# --------------------------------------------------------------------------- #
+
+_REWRITE_HEADER_RE = re.compile(r"^#{2,}\s*Rewrite\b.*$", re.MULTILINE | re.IGNORECASE)
+_FEEDBACK_MARK_RE = re.compile(r"^\s*Feedback that led to it:?\s*$", re.MULTILINE | re.IGNORECASE)
+
+
+def _rewrite_texts(improved: str) -> list[str]:
+    """Each rewrite's instruction text, without its header and the feedback that led to it.
+
+    The blocks look like ``### Rewrite 1 (minibatch 0/3 -> 2/3)``, the instruction, then
+    ``Feedback that led to it:`` and the feedback. A JSON list of strings (a list-typed
+    field) is read as one block per item; text without any header as a single block.
+    """
+    stripped = improved.strip()
+    if stripped.startswith("["):
+        try:
+            items = json.loads(stripped)
+        except ValueError:
+            items = None
+        if isinstance(items, list) and all(isinstance(i, str) for i in items):
+            return [text for item in items for text in _rewrite_texts(item)]
+    headers = list(_REWRITE_HEADER_RE.finditer(improved))
+    if headers:
+        blocks = [improved[h.end(): nxt.start() if nxt else len(improved)]
+                  for h, nxt in zip(headers, [*headers[1:], None])]
+    else:
+        blocks = [improved]
+    return [_FEEDBACK_MARK_RE.split(block, maxsplit=1)[0].strip() for block in blocks]
+
+
+def _vote(versions: Sequence[str]) -> str:
+    """The version most rewrites agree on; a tie goes to the one read first."""
+    counts = {v: versions.count(v) for v in versions}
+    return max(counts, key=lambda v: (counts[v], -versions.index(v)))
+
+
+def merge_instructions(current: str, rewrites: Sequence[str], capacity: int) -> str:
+    """Combine what the rewrites say: the head of ``current``, then one definition per rule.
+
+    Rules in the order read: the current instruction's first, then each rewrite's new ones.
+    A rule's version is the one most rewrites that define it agree on (ties to the first
+    read); a rule no rewrite defines keeps the current's version. Nothing is learned or
+    garbled here: only definitions already written in the instruction texts are used.
+    """
+    head, current_defs = _split_instruction(current)
+    order = [n for n, _ in current_defs]
+    versions: dict[str, list[str]] = {}
+    for text in rewrites:
+        seen: dict[str, str] = {}
+        for name, expr in _split_instruction(text)[1]:
+            seen[name] = expr  # a rewrite's last word on a rule (there is normally one)
+        for name, expr in seen.items():
+            versions.setdefault(name, []).append(expr)
+            if name not in order:
+                order.append(name)
+    own = dict(current_defs)
+    merged = [(n, _vote(versions[n]) if n in versions else own[n]) for n in dict.fromkeys(order)]
+    if not merged:
+        return current.strip() or seed_instruction()
+    return _compose(head, merged, capacity)
+
+
+def _answer_merge(system: str, user: str, landscape: Landscape = DEPTH) -> str:
+    """A sibling merge: one instruction from the current one and its improving rewrites.
+
+    Modelling assumption: a real reflection LM given a merge prompt combines what it reads
+    (every rule definition written in the rewrites, the current instruction's first), with
+    no copy errors and nothing new; ordinary reflection still learns from feedback, a few
+    definitions per call (``Landscape.learn_per_call``). The landscape's capacity holds.
+    """
+    sections = _sections(user)
+    current = sections.get("current_instruction", "")
+    improved = _without_adapter_tail(sections.get("improved_instructions", ""))
+    merged = merge_instructions(current, _rewrite_texts(improved), landscape.capacity)
+    fields = _output_fields(system) or ["merged_instruction"]
+    return _render(fields, {"merged_instruction": merged}, _json_mode(system))
+
+
+def copy_error_rate(reflection_error_rate: float | None, landscape: Landscape = DEPTH) -> float:
+    """The rate in force: the caller's override, else the landscape's, else the module default
+    (read at call time, so benchmarks and tests can tune ``DEFAULT_REFLECTION_ERROR_RATE``)."""
+    if reflection_error_rate is not None:
+        return reflection_error_rate
+    return DEFAULT_REFLECTION_ERROR_RATE if landscape.error_rate is None else landscape.error_rate
+
+
+def respond(messages: Sequence[Mapping[str, Any]], *, reflection_error_rate: float | None = None,
+            landscape: Landscape = DEPTH) -> tuple[str, str]:
     """Deterministic reply to a DSPy-formatted chat prompt: ``(kind, content)``, kind "task" or "reflection".
 
-    Never raises: a simulated provider that crashes on odd input would make
-    benchmark failures about the simulator rather than the optimiser.
+    ``landscape`` is the model's character (``DEPTH``, today's model, unless told);
+    ``reflection_error_rate`` overrides its copy-error rate. Never raises: a simulated
+    provider that crashes on odd input would make benchmark failures about the simulator
+    rather than the optimiser.
     """
-    rate = DEFAULT_REFLECTION_ERROR_RATE if reflection_error_rate is None else reflection_error_rate
+    rate = copy_error_rate(reflection_error_rate, landscape)
     try:
         system, user, full = _split_messages(messages)
+        if "`merged_instruction`" in system:
+            return "reflection", _answer_merge(system, user, landscape)
         if "`new_instruction`" in system:
-            return "reflection", _answer_reflection(system, user, full, rate)
+            return "reflection", _answer_reflection(system, user, full, rate, landscape)
         if "`shortened_instruction`" in system:
             return "reflection", _answer_compress(system, user)
         if "`revised_source`" in system:
-            return "reflection", _answer_code(system, user, full, rate)
-        return "task", _answer_task(system, user)
+            return "reflection", _answer_code(system, user, full, rate, landscape)
+        return "task", _answer_task(system, user, landscape)
     except Exception:  # noqa: BLE001 - see docstring
         return "task", "[[ ## reasoning ## ]]\nUnparseable prompt.\n\n[[ ## answer ## ]]\n0\n\n[[ ## completed ## ]]"

@@ -9,6 +9,8 @@ from typing import Any
 
 import dspy
 
+from dspy_pxn.testing.landscape import Landscape, resolve_landscape
+from dspy_pxn.testing.latency import LatencySampler
 from dspy_pxn.testing.responder import respond
 from dspy_pxn.testing.wire import CallStats, chat_completion_body, estimate_tokens
 
@@ -37,7 +39,7 @@ class _SimEngine:
 
     def _run(self, request: Any) -> tuple[str, str, list[dict[str, str]]]:
         messages = _request_messages(request)
-        kind, content = respond(messages, reflection_error_rate=self.owner.reflection_error_rate)
+        kind, content = self.owner.respond(messages)
         return kind, content, messages
 
     def _response(self, content: str, messages: list[dict[str, str]]) -> Any:
@@ -109,8 +111,11 @@ class _AsyncSimEngine:
 class SimulatedLM(dspy.BaseLM):
     """In-process twin of the latency server: same `respond` logic, optional sleeps, call stats.
 
-    Caching is off: a cached reply would hide calls from the stats and skip
-    the latency that benchmarks measure. Copies share `call_stats`.
+    ``landscape`` is the model's character (``DEPTH``, ``BREADTH``, a preset's name, or a
+    ``Landscape``); ``latency`` how call times vary around ``task_latency`` and
+    ``reflection_latency`` (their medians): "fixed", "lognormal" or "heavy", drawn from
+    ``seed``. Caching is off: a cached reply would hide calls from the stats and skip
+    the latency that benchmarks measure. Copies share `call_stats` and the latency draws.
     """
 
     def __init__(
@@ -121,6 +126,9 @@ class SimulatedLM(dspy.BaseLM):
         reflection_latency: float = 0.0,
         reflection_error_rate: float | None = None,
         call_stats: CallStats | None = None,
+        landscape: Landscape | str | None = None,
+        latency: str = "fixed",
+        seed: int = 0,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("temperature", 0.0)
@@ -129,6 +137,8 @@ class SimulatedLM(dspy.BaseLM):
         self.task_latency = task_latency
         self.reflection_latency = reflection_latency
         self.reflection_error_rate = reflection_error_rate
+        self.landscape = resolve_landscape(landscape)
+        self.latencies = LatencySampler(latency, seed)
         self.call_stats = call_stats or CallStats()
         self._bind_engine()
 
@@ -137,19 +147,27 @@ class SimulatedLM(dspy.BaseLM):
         self._engine_spec = _SimEngine(self)
         self._async_engine_spec = _AsyncSimEngine(self._engine_spec)
 
+    def respond(self, messages: list[dict[str, Any]]) -> tuple[str, str]:
+        """This model's (kind, reply) to a prompt: `respond` with its landscape and error rate."""
+        return respond(messages, reflection_error_rate=self.reflection_error_rate, landscape=self.landscape)
+
     def latency(self, kind: str) -> float:
-        return self.reflection_latency if kind == "reflection" else self.task_latency
+        """The next ``kind`` call's latency, drawn around the configured one and recorded as slept."""
+        median = self.reflection_latency if kind == "reflection" else self.task_latency
+        return self.latencies.draw(kind, median)
 
     def stats(self) -> dict[str, Any]:
-        return self.call_stats.snapshot()
+        """Calls and peak concurrency by kind (``CallStats``), and the latencies slept."""
+        return {**self.call_stats.snapshot(), "latency": self.latencies.summary()}
 
     def reset_stats(self) -> None:
         self.call_stats.reset()
+        self.latencies.reset()
 
     def forward(self, prompt: str | None = None, messages: list[dict] | None = None, **kwargs: Any) -> dict[str, Any]:
         """OpenAI-shaped response dict, for callers that use the legacy forward() contract directly."""
         messages = messages or [{"role": "user", "content": prompt or ""}]
-        kind, content = respond(messages, reflection_error_rate=self.reflection_error_rate)
+        kind, content = self.respond(messages)
         with self.call_stats.track(kind):
             delay = self.latency(kind)
             if delay > 0:
