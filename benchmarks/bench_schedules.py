@@ -46,7 +46,7 @@ def lm(args, landscape: str, latency: str, seed: int, kind: str) -> sim.Simulate
     task_s = args.task_latency * args.scale
     return sim.SimulatedLM(
         task_latency=task_s, reflection_latency=args.reflection_ratio * task_s, latency=latency,
-        latency_seed=seed * 2 + (kind == "reflection"), landscape=sim.LANDSCAPES[landscape],
+        seed=seed * 2 + (kind == "reflection"), landscape=landscape,
     )
 
 
@@ -74,7 +74,7 @@ def run_one(config: str, args, landscape: str, latency: str, seed: int) -> dict:
         wall = time.perf_counter() - start
     results = best.detailed_results
     # Held-out on an instant LM of the same landscape: the score, not its latency, is measured.
-    with dspy.context(lm=sim.SimulatedLM(landscape=sim.LANDSCAPES[landscape])):
+    with dspy.context(lm=sim.SimulatedLM(landscape=landscape)):
         test_score = dspy.Evaluate(devset=test, metric=sim.score, num_threads=16, display_progress=False)(best).score / 100
     return {"config": config, "seed": seed, "wall_s": wall, "metric_calls": results.total_metric_calls,
             "candidates": len(results.candidates), "best_val": max(results.val_aggregate_scores), "test": test_score}

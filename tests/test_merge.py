@@ -1,0 +1,59 @@
+"""Sibling merge: a step's improving children combined into one validated candidate.
+
+The simulated reflection model learns one rule definition per reflection call; given a
+merge prompt it combines the definitions the rewrites carry (dspy_pxn.testing.responder).
+"""
+
+import re
+
+import dspy
+
+from dspy_pxn import BatchedGEPA
+from dspy_pxn import testing as sim
+
+DEFINITION = re.compile(r"^([a-z]+)\(x\) = ", re.MULTILINE)
+
+
+def rules_in(text: str) -> set[str]:
+    return set(DEFINITION.findall(text))
+
+
+def one_step(splits, selection, reflection_lm):
+    train, val, _ = splits
+    # Seed validation + one 4-wide step: 4x(3+3) screening + 2 validations = 12 + 24 + 24 = 60 metric calls.
+    return BatchedGEPA(metric=sim.metric, p=4, n=1, max_metric_calls=60, num_threads=8, selection=selection,
+                       reflection_lm=reflection_lm).compile(sim.seed_program(), trainset=train, valset=val)
+
+
+def test_a_merge_carries_the_lessons_of_every_improving_child(task_lm, splits):
+    reflection_lm = sim.SimulatedLM(reflection_error_rate=0.0)
+    results = one_step(splits, "merge", reflection_lm).detailed_results
+    (step,) = results.steps
+    assert step.improved >= 2 and step.merged == step.improved and step.accepted == 1
+    merged = results.candidates[-1].predict.signature.instructions
+    assert len(rules_in(merged)) >= 2  # one reflection learns one rule; the merge holds several
+    assert results.val_aggregate_scores[-1] > results.val_aggregate_scores[0]
+    merge_prompts = [h for h in reflection_lm.history if "merged_instruction" in str(h["messages"])]
+    assert len(merge_prompts) == 1
+    prompt = str(merge_prompts[0]["messages"])
+    assert prompt.count("### Rewrite") == step.improved and "Rule definition:" in prompt  # the feedback they read
+
+
+def test_merge_and_best_validates_the_merge_beside_the_best_child(task_lm, splits):
+    results = one_step(splits, "merge+best", sim.SimulatedLM(reflection_error_rate=0.0)).detailed_results
+    (step,) = results.steps
+    assert step.improved >= 2 and step.accepted == 2
+    best_child, merged = (c.predict.signature.instructions for c in results.candidates[-2:])
+    assert rules_in(best_child) < rules_in(merged)
+    assert results.total_metric_calls <= 60
+
+
+def test_a_step_with_one_improver_validates_it_without_a_merge_call(splits):
+    train, val, _ = splits
+    reflection_lm = sim.SimulatedLM(reflection_error_rate=0.0)
+    with dspy.context(lm=sim.SimulatedLM()):
+        results = BatchedGEPA(metric=sim.metric, p=1, n=1, max_metric_calls=60, num_threads=4, selection="merge",
+                              reflection_lm=reflection_lm).compile(sim.seed_program(), trainset=train,
+                                                                   valset=val).detailed_results
+    assert all(s.merged == 0 for s in results.steps)
+    assert not [h for h in reflection_lm.history if "merged_instruction" in str(h["messages"])]
