@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -98,6 +99,9 @@ def summarise(rows: list[dict], args) -> list[dict]:
 
 
 def main() -> None:
+    logging.basicConfig(level=logging.WARNING)
+    for noisy in ("dspy", "gepa", "dspy_pxn"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)  # every run's per-iteration lines would bury the tables
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task-latency", type=float, default=0.5, help="T_e in seconds (before --scale)")
     parser.add_argument("--reflection-ratio", type=float, default=4.0)

@@ -76,10 +76,10 @@ def improvement(proposal: CandidateProposal) -> float:
 class SiblingMerger:
     """Writes the merged candidate of a step's improving children with the reflection LM.
 
-    The base is the best child's parent; a component that several children changed is
-    merged by one ``MergeImprovements`` call (the components' calls run at once on the
-    pool), one that a single child changed takes that child's text. A component whose
-    merge call fails keeps the best child's text.
+    The base is the best candidate in the pool; a component that children changed is merged
+    into it by one ``MergeImprovements`` call (the components' calls run at once on the pool);
+    one that a single child changed from the base's own text takes that child's text. A
+    component whose merge call fails takes the best child's text.
     """
 
     def __init__(self, reflection_lm: dspy.BaseLM | None, pool: WorkerPool, code_components: Sequence[str] = ()):
@@ -89,26 +89,37 @@ class SiblingMerger:
         self.calls = 0
         self.failures = 0
 
-    def merge(self, improving: Sequence[CandidateProposal], parents: Sequence[dict[str, str]]) -> dict[str, str]:
-        """``improving`` best first; ``parents[i]`` is the candidate ``improving[i]`` was rewritten from."""
-        best, base = improving[0], parents[0]
-        merged = dict(best.candidate)
+    def merge(
+        self, improving: Sequence[CandidateProposal], parents: Sequence[dict[str, str]], base: dict[str, str]
+    ) -> dict[str, str]:
+        """Every improving child's lessons written into ``base`` (the best candidate in the pool).
+
+        ``improving`` best first; ``parents[i]`` is the candidate ``improving[i]`` was rewritten from.
+        A lesson is a component a child changed from its own parent. Building on the pool's best,
+        not on the children's parent, is what turns breadth into depth: the merged candidate keeps
+        everything the best one knew and adds what this step's children learned, even when they
+        were rewritten from older candidates (the asynchronous schedule's pipelines often are).
+        """
+        merged = dict(base)
         jobs: list[tuple[str, str, list[tuple[str, str, str]]]] = []
         for component in base:
             changed = [
                 (proposal, parent) for proposal, parent in zip(improving, parents, strict=True)
                 if proposal.candidate.get(component) != parent.get(component)
             ]
-            texts = {proposal.candidate[component] for proposal, _ in changed}
-            if len(texts) < 2 or component in self.code_components:
-                continue  # nothing to combine; the best child's text (or the one rewrite) stands
-            rewrites = [
-                (_scores(p), p.candidate[component], _feedback(p, component)) for p, _ in changed
-            ]
+            if not changed:
+                continue
+            if component in self.code_components:  # program source is not merged as prose: the best rewrite stands
+                merged[component] = changed[0][0].candidate[component]
+                continue
+            only, its_parent = changed[0]
+            if len(changed) == 1 and its_parent.get(component) == base.get(component):
+                merged[component] = only.candidate[component]  # one lesson, on top of what base already has
+                continue
+            rewrites = [(_scores(p), p.candidate[component], _feedback(p, component)) for p, _ in changed]
             jobs.append((component, base[component], rewrites))
         for component, text in zip((job[0] for job in jobs), self.pool.map_local(self._merge_one, jobs), strict=True):
-            if text:
-                merged[component] = text
+            merged[component] = text if text else improving[0].candidate[component]
         return merged
 
     def _merge_one(self, job: tuple[str, str, list[tuple[str, str, str]]]) -> str | None:
@@ -137,8 +148,9 @@ class SiblingMerge:
     """A gepa selection strategy: validate the merge of a step's improving children (and, with
     ``keep_best``, the best child itself, so a merge that lost something cannot cost the step).
 
-    With fewer than two improving children there is nothing to merge: the one improver is
-    validated, as under ``selection="best"``.
+    The merge is written into the pool's best candidate, so even a lone improving child is
+    merged when it was rewritten from another candidate (its lesson joins what the best
+    knows); a lone child of the best itself is validated as it is.
     """
 
     def __init__(
@@ -159,21 +171,24 @@ class SiblingMerge:
         improving = sorted(
             (p for p in proposals if acceptance_criterion.should_accept(p, state)), key=improvement, reverse=True
         )
-        if len(improving) < 2:
-            return improving
+        if not improving:
+            return []
         start = time.perf_counter()
         parents = [self._candidate_of(state, p.parent_program_ids[0]) for p in improving]
-        merged = self.merger.merge(improving, parents)
-        self.events.merged(time.perf_counter() - start, len(improving))
+        scores = state.program_full_scores_val_set
+        best = max(range(len(scores)), key=lambda i: (scores[i], -i))
+        merged = self.merger.merge(improving, parents, self._candidate_of(state, best))
         if merged == improving[0].candidate:
-            return improving[:1]
-        carrier = improving[1] if self.keep_best else improving[0]
+            return improving[:1]  # one child rewritten from the best itself: it is the merge
+        self.events.merged(time.perf_counter() - start, len(improving))
+        keep_best = self.keep_best and len(improving) >= 2  # a lone child from an older parent: its merge alone
+        carrier = improving[1] if keep_best else improving[0]
         sources = [p.metadata.get("proposal_id") for p in improving]
         carrier.candidate = merged
-        carrier.parent_program_ids = list(dict.fromkeys(i for p in improving for i in p.parent_program_ids))
+        carrier.parent_program_ids = list(dict.fromkeys([best, *(i for p in improving for i in p.parent_program_ids)]))
         carrier.tag = MERGE_TAG
         carrier.metadata = {**(carrier.metadata or {}), "merged_from": sources}
-        return [improving[0], carrier] if self.keep_best else [carrier]
+        return [improving[0], carrier] if keep_best else [carrier]
 
 
 def feedback_text(reflective_dataset: Any, component: str) -> str:

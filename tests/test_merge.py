@@ -48,12 +48,35 @@ def test_merge_and_best_validates_the_merge_beside_the_best_child(task_lm, split
     assert results.total_metric_calls <= 60
 
 
-def test_a_step_with_one_improver_validates_it_without_a_merge_call(splits):
+def test_a_lone_child_of_the_best_is_validated_without_a_merge_call(splits):
     train, val, _ = splits
     reflection_lm = sim.SimulatedLM(reflection_error_rate=0.0)
     with dspy.context(lm=sim.SimulatedLM()):
-        results = BatchedGEPA(metric=sim.metric, p=1, n=1, max_metric_calls=60, num_threads=4, selection="merge",
+        # One step only (12 + 2x3 + 12): its one child was rewritten from the seed, the best there is.
+        results = BatchedGEPA(metric=sim.metric, p=1, n=1, max_metric_calls=30, num_threads=4, selection="merge",
                               reflection_lm=reflection_lm).compile(sim.seed_program(), trainset=train,
                                                                    valset=val).detailed_results
-    assert all(s.merged == 0 for s in results.steps)
+    (step,) = results.steps
+    assert step.merged == 0 and step.accepted == step.improved == 1
     assert not [h for h in reflection_lm.history if "merged_instruction" in str(h["messages"])]
+
+
+def test_a_lone_child_of_an_older_candidate_is_merged_into_the_best(splits):
+    from gepa.proposer.base import CandidateProposal
+    from gepa.strategies.acceptance import StrictImprovementAcceptance
+
+    from dspy_pxn.merge import SiblingMerge, SiblingMerger
+    from dspy_pxn.pools import ThreadWorkerPool
+
+    head = sim.seed_instruction()
+    best, older = f"{head}\nzorp(x) = 3*x + 1", head  # candidate 1 knows zorp; its parent, the seed, does not
+    child = f"{head}\nblick(x) = x*x - 2"  # rewritten from the seed: it learned blick only
+    state = type("State", (), {"program_candidates": [{"predict": older}, {"predict": best}],
+                               "program_full_scores_val_set": [0.0, 0.4]})()
+    proposal = CandidateProposal(candidate={"predict": child}, parent_program_ids=[0],
+                                 subsample_scores_before=[0, 0, 0], subsample_scores_after=[1, 0, 0])
+    with ThreadWorkerPool(2) as pool:
+        merge = SiblingMerge(SiblingMerger(sim.SimulatedLM(), pool))
+        (selected,) = merge.select([proposal], state, StrictImprovementAcceptance())
+    assert rules_in(selected.candidate["predict"]) == {"zorp", "blick"}
+    assert selected.parent_program_ids == [1, 0]
