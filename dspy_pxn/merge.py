@@ -19,6 +19,7 @@ inside the budget guard.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -40,25 +41,42 @@ MAX_FEEDBACK_CHARS = 4000  # per rewrite: the merge prompt must stay a prompt, h
 
 
 class MergeImprovements(dspy.Signature):
-    """Several rewrites of one instruction each improved a program on their own examples: each fixed
-    different failures, guided by the feedback shown with it. Write ONE instruction that keeps every
-    improvement of every rewrite (all the rules, facts, formats and corrections they added), drops
-    nothing that made a rewrite better, and resolves contradictions in favour of the rewrite whose
-    feedback supports it. Output only the instruction."""
+    """Several rewrites each improved a program on their own examples: each fixed different failures,
+    guided by the feedback shown with it, by changing the instruction it was written from (the lines it
+    removed and added are shown). Write ONE instruction that starts from the current best instruction
+    and adds every improvement of every rewrite (all the rules, facts, formats and corrections they
+    added), drops nothing that made a rewrite better, and resolves contradictions in favour of the
+    rewrite whose feedback supports it. Output only the instruction."""
 
-    current_instruction: str = dspy.InputField(desc="The instruction the rewrites started from.")
+    current_instruction: str = dspy.InputField(desc="The current best instruction: the merge starts from it.")
     improved_instructions: str = dspy.InputField(
-        desc="Each improving rewrite: its minibatch score before -> after, its full text, and the feedback that led to it."
+        desc="Each improving rewrite: its minibatch score before -> after, the lines it changed, and the feedback "
+        "that led to it."
     )
     merged_instruction: str = dspy.OutputField(desc="One instruction carrying all the improvements.")
 
 
+CHANGES_HEADER = "It changed the instruction it was written from as follows (- removed, + added):"
+
+
+def changes(before: str, after: str) -> str:
+    """The lines a rewrite removed and added: its lesson, without what it inherited.
+
+    A rewrite of an older candidate also carries that candidate's text, which the pool's
+    best may since have corrected; showing the merge only the changes keeps old text from
+    outvoting new lessons.
+    """
+    lines = difflib.ndiff(before.splitlines(), after.splitlines())
+    return "\n".join(line for line in lines if line.startswith(("- ", "+ ")))
+
+
 def render_rewrites(rewrites: Sequence[tuple[str, str, str]]) -> str:
-    """(score change, text, feedback) per rewrite, as the merge prompt shows them."""
+    """(score change, changes, feedback) per rewrite, as the merge prompt shows them."""
     blocks = []
-    for number, (scores, text, feedback) in enumerate(rewrites, 1):
+    for number, (scores, changed, feedback) in enumerate(rewrites, 1):
         feedback = feedback[:MAX_FEEDBACK_CHARS] or "(none recorded)"
-        blocks.append(f"### Rewrite {number} (minibatch {scores})\n{text}\nFeedback that led to it:\n{feedback}")
+        blocks.append(f"### Rewrite {number} (minibatch {scores})\n{CHANGES_HEADER}\n{changed}\n"
+                      f"Feedback that led to it:\n{feedback}")
     return "\n\n".join(blocks)
 
 
@@ -116,7 +134,10 @@ class SiblingMerger:
             if len(changed) == 1 and its_parent.get(component) == base.get(component):
                 merged[component] = only.candidate[component]  # one lesson, on top of what base already has
                 continue
-            rewrites = [(_scores(p), p.candidate[component], _feedback(p, component)) for p, _ in changed]
+            rewrites = [
+                (_scores(p), changes(parent[component], p.candidate[component]), _feedback(p, component))
+                for p, parent in changed
+            ]
             jobs.append((component, base[component], rewrites))
         for component, text in zip((job[0] for job in jobs), self.pool.map_local(self._merge_one, jobs), strict=True):
             merged[component] = text if text else improving[0].candidate[component]

@@ -80,3 +80,22 @@ def test_a_lone_child_of_an_older_candidate_is_merged_into_the_best(splits):
         (selected,) = merge.select([proposal], state, StrictImprovementAcceptance())
     assert rules_in(selected.candidate["predict"]) == {"zorp", "blick"}
     assert selected.parent_program_ids == [1, 0]
+
+
+def test_the_merge_prompt_shows_lessons_not_inherited_text():
+    from dspy_pxn.merge import changes, render_rewrites
+
+    head = sim.seed_instruction()
+    best = f"{head}\nzorp(x) = 3*x + 1"  # the pool's best has zorp right
+    older = f"{head}\nzorp(x) = 3*x + 4"  # an older candidate with zorp garbled
+    rewrites = [("0/3 -> 1/3", changes(older, f"{older}\nblick(x) = x*x - 2"), "- Rule definition: blick(x) = x*x - 2"),
+                ("0/3 -> 1/3", changes(older, f"{older}\nfrim(x) = 2*x + 7"), "- Rule definition: frim(x) = 2*x + 7")]
+    prompt = render_rewrites(rewrites)
+    assert "3*x + 4" not in prompt and "+ blick(x) = x*x - 2" in prompt
+    with dspy.context(lm=sim.SimulatedLM()):
+        from dspy_pxn.merge import MergeImprovements
+
+        merged = dspy.Predict(MergeImprovements)(current_instruction=best, improved_instructions=prompt)
+    text = merged.merged_instruction
+    assert "zorp(x) = 3*x + 1" in text and "3*x + 4" not in text  # two stale copies cannot outvote the fix
+    assert rules_in(text) == {"zorp", "blick", "frim"}

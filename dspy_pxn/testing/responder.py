@@ -312,7 +312,16 @@ def _rewrite_texts(improved: str) -> list[str]:
                   for h, nxt in zip(headers, [*headers[1:], None])]
     else:
         blocks = [improved]
-    return [_FEEDBACK_MARK_RE.split(block, maxsplit=1)[0].strip() for block in blocks]
+    return [_added_lines(_FEEDBACK_MARK_RE.split(block, maxsplit=1)[0].strip()) for block in blocks]
+
+
+def _added_lines(block: str) -> str:
+    """A block that lists a rewrite's changes (``- removed`` / ``+ added`` lines) counts by what it added;
+    any other block counts whole."""
+    lines = block.splitlines()
+    if not any(line.startswith("+ ") for line in lines):
+        return block
+    return "\n".join(line[2:] for line in lines if line.startswith("+ "))
 
 
 def _vote(versions: Sequence[str]) -> str:
@@ -351,9 +360,10 @@ def _answer_merge(system: str, user: str, landscape: Landscape = DEPTH) -> str:
     """A sibling merge: one instruction from the current one and its improving rewrites.
 
     Modelling assumption: a real reflection LM given a merge prompt combines what it reads
-    (every rule definition written in the rewrites, the current instruction's first), with
-    no copy errors and nothing new; ordinary reflection still learns from feedback, a few
-    definitions per call (``Landscape.learn_per_call``). The landscape's capacity holds.
+    (every rule definition written in the rewrites, the current instruction's first; when a
+    rewrite is shown as its changes, what it added), with no copy errors and nothing new;
+    ordinary reflection still learns from feedback, a few definitions per call
+    (``Landscape.learn_per_call``). The landscape's capacity holds.
     """
     sections = _sections(user)
     current = sections.get("current_instruction", "")
