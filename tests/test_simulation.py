@@ -580,8 +580,8 @@ def test_merge_enforces_the_landscape_capacity(landscape, adapter):
     current = "Go.\n" + defs_of(*r[:4])
     rewrites = ["Go.\n" + defs_of(*r[:4], r[4], r[5]), "Go.\n" + defs_of(*r[:4], r[6])]
     union = [x.definition for x in r[:7]]
-    # DEPTH holds 5 of the 7 (the current's two oldest evicted); BREADTH holds all 7.
-    assert definitions(merged(current, rewrites, landscape, adapter)) == union[-landscape.capacity:]
+    # DEPTH holds 5 of the 7 (the current's four, then the first-read new one); BREADTH holds all 7.
+    assert definitions(merged(current, rewrites, landscape, adapter)) == union[:landscape.capacity]
 
 
 @ADAPTERS

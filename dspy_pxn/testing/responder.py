@@ -337,6 +337,13 @@ def merge_instructions(current: str, rewrites: Sequence[str], capacity: int) -> 
     A rule's version is the one most rewrites that define it agree on (ties to the first
     read); a rule no rewrite defines keeps the current's version. Nothing is learned or
     garbled here: only definitions already written in the instruction texts are used.
+
+    When the rules outnumber the capacity, the merge keeps the current instruction's and
+    drops the last-read new ones: the prompt asks to start from the current (best)
+    instruction and add the rewrites' improvements, best rewrite first, so a model that
+    cannot hold them all leaves out the weakest additions, not the validated base. (An
+    earlier model evicted the oldest, i.e. the base's rules first; README gives both
+    models' measurements.)
     """
     head, current_defs = _split_instruction(current)
     order = [n for n, _ in current_defs]
@@ -353,7 +360,7 @@ def merge_instructions(current: str, rewrites: Sequence[str], capacity: int) -> 
     merged = [(n, _vote(versions[n]) if n in versions else own[n]) for n in dict.fromkeys(order)]
     if not merged:
         return current.strip() or seed_instruction()
-    return _compose(head, merged, capacity)
+    return _compose(head, merged[: max(capacity, len(current_defs))], capacity)
 
 
 def _answer_merge(system: str, user: str, landscape: Landscape = DEPTH) -> str:
