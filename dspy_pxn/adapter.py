@@ -137,15 +137,17 @@ class BatchedAdapter(DspyAdapter):
             self._first_evaluation_checked = True
             metric_fails_everywhere(results, self.metric_fn)
         failures = sum(1 for r in results if r.error is not None)
+        scored = len(tasks)  # an example of a candidate that cannot be built is scored too: failure_score
         remaining = iter(results)
         evaluations = []
         for program, (_, batch, capture) in zip(programs, jobs, strict=True):
             if program is None:
                 failures += len(batch)
+                scored += len(batch)
                 evaluations.append(self._make_evaluation_batch([None] * len(batch), [None] * len(batch), [] if capture else None))
                 continue
             evaluations.append(self._to_evaluation_batch(batch, [next(remaining) for _ in batch], capture))
-        self.events.evaluated(time.perf_counter() - start, len(tasks), failures)
+        self.events.evaluated(time.perf_counter() - start, scored, failures)
         return evaluations
 
     def _build_or_none(self, candidate: dict[str, str]) -> dspy.Module | None:

@@ -101,12 +101,17 @@ class AsyncSchedule:
         self.adapter, self.reflection, self.selection, self.guard = adapter, reflection, selection, guard
         self.sampler, self.candidate_selector, self.component_selector = sampler, candidate_selector, component_selector
         self.trainset, self.valset, self.width = trainset, valset, width
-        self.events, self.recorder, self.callbacks = events, recorder, list(callbacks)
+        # The recorder first, as in gepa's engine: every callback hears what gepa's own loop would tell it.
+        self.events, self.recorder, self.callbacks = events, recorder, [recorder, *callbacks]
         self.most_validated = most_validated  # the selection's bound: how many of n improvers it may validate
         self.run_dir, self.skip_perfect_score, self.perfect_score = run_dir, skip_perfect_score, perfect_score
         self.track_best_outputs, self.use_cloudpickle = track_best_outputs, use_cloudpickle
         self.acceptance = StrictImprovementAcceptance()
-        self.lock = threading.Lock()  # every read or write of the state, and of the reservations
+        # Every read or write of the state and the reservations; events are heard under it too, so a
+        # screening's rollouts and its metric calls always land in the same record window.
+        self.lock = threading.RLock()
+        events.add(self)
+        events.serialize_with(self.lock)
         self.reserved = 0  # metric calls promised to work in flight, not yet counted in the state
         self.state: GEPAState | None = None
 
@@ -203,7 +208,6 @@ class AsyncSchedule:
         size = len(task.minibatch)
         self.events.phase.set("screening")
         before = self.adapter.evaluate(task.minibatch, task.parent_candidate, capture_traces=True)
-        self._spent(size)
         perfect = self.skip_perfect_score and self.perfect_score is not None and all(
             s is not None and s >= self.perfect_score for s in before.scores)
         if perfect or not before.trajectories:
@@ -225,7 +229,6 @@ class AsyncSchedule:
         child = {**task.parent_candidate, **reflected.new_texts}
         self.events.phase.set("screening")
         after = self.adapter.evaluate(task.minibatch, child, capture_traces=False)
-        self._spent(size)
         proposal = CandidateProposal(
             candidate=child, parent_program_ids=[task.parent_idx], subsample_indices=list(task.minibatch_ids),
             subsample_scores_before=list(before.scores), subsample_scores_after=list(after.scores),
@@ -235,10 +238,12 @@ class AsyncSchedule:
             improved = self.acceptance.should_accept(proposal, self.state)
         return _Done(proposal, improved)
 
-    def _spent(self, calls: int) -> None:
-        with self.lock:
-            self.state.increment_evals(calls)
-            self.reserved -= calls
+    def evaluated(self, seconds: float, rollouts: int, failures: int, phase: str) -> None:
+        """A pipeline's screening rollouts are spent (heard under the lock, beside the recorder's count);
+        validations are counted where they enter the state."""
+        if phase == "screening":
+            self.state.increment_evals(rollouts)
+            self.reserved -= rollouts
 
     def _release(self, calls: int) -> None:
         with self.lock:
@@ -249,8 +254,13 @@ class AsyncSchedule:
             return []
         if done.improved:
             return [done.proposal]
-        self.recorder.on_candidate_rejected({"iteration": self.state.i + 1})
+        self._rejected(done.proposal, "no improvement on the minibatch")
         return []
+
+    def _rejected(self, proposal: CandidateProposal, reason: str) -> None:
+        notify_callbacks(self.callbacks, "on_candidate_rejected", {
+            "iteration": self.state.i, "old_score": sum(proposal.subsample_scores_before or ()),
+            "new_score": sum(proposal.subsample_scores_after or ()), "reason": reason})
 
     # ------------------------------------------------------------------------------ validation
     def _start_validation(self, executor: ThreadPoolExecutor, in_flight: dict[Future, str],
@@ -265,7 +275,8 @@ class AsyncSchedule:
         self.events.children_screened(len(batch))
         in_flight[executor.submit(contextvars.copy_context().run, self._validate, batch, room)] = "validation"
 
-    def _validate(self, batch: list[CandidateProposal], room: int) -> tuple[list[CandidateProposal], list[Any], int]:
+    def _validate(self, batch: list[CandidateProposal], room: int
+                  ) -> tuple[list[CandidateProposal], list[Any], list[CandidateProposal]]:
         self.events.phase.set("validation")
         view = _ReservedBudget(self.state, self.guard.max_metric_calls, room * self.guard.valset_size)
         selected = self.selection.select(batch, view, self.acceptance) if room else []
@@ -274,12 +285,13 @@ class AsyncSchedule:
         ids = list(self.valset.all_ids())
         examples = self.valset.fetch(ids)
         evaluations = self.adapter.batch_evaluate([(p.candidate, examples) for p in selected], capture_traces=False)
-        return selected, [_valset_evaluation(ids, e) for e in evaluations], len(batch) - len(selected)
+        chosen = {id(p) for p in selected}
+        return selected, [_valset_evaluation(ids, e) for e in evaluations], [p for p in batch if id(p) not in chosen]
 
     def _finished_validation(self, selected: list[CandidateProposal], evaluations: list[ValsetEvaluation],
-                             dropped: int) -> None:
-        for _ in range(dropped):
-            self.recorder.on_candidate_rejected({"iteration": self.state.i + 1})
+                             dropped: list[CandidateProposal]) -> None:
+        for proposal in dropped:
+            self._rejected(proposal, "not selected for validation")
         if not selected:
             return
         with self.lock:
@@ -295,9 +307,22 @@ class AsyncSchedule:
                     valset_evaluation=evaluation, run_dir=self.run_dir,
                     num_metric_calls_by_discovery_of_new_program=discovered_at,
                 )
-                self.recorder.on_candidate_accepted({"new_candidate_idx": index})
-        self._close_window()
-        self._open_window()
+                score = state.program_full_scores_val_set[index]
+                parents = list(proposal.parent_program_ids)
+                notify_callbacks(self.callbacks, "on_valset_evaluated", {
+                    "iteration": state.i, "candidate_idx": index, "candidate": proposal.candidate,
+                    "scores_by_val_id": dict(evaluation.scores_by_val_id), "average_score": score,
+                    "num_examples_evaluated": calls, "total_valset_size": self.guard.valset_size,
+                    "parent_ids": parents, "is_best_program": score >= max(state.program_full_scores_val_set),
+                    "outputs_by_val_id": None,
+                })
+                notify_callbacks(self.callbacks, "on_candidate_accepted", {
+                    "iteration": state.i, "new_candidate_idx": index, "new_score": score, "parent_ids": parents,
+                })
+            self._accepted_in_window = True
+            # One window ends where the next begins, with no rollout landing in between and in neither.
+            self._close_window()
+            self._open_window()
 
     # ------------------------------------------------------------------------------ record windows
     def _open_window(self) -> None:
@@ -306,8 +331,9 @@ class AsyncSchedule:
             self._save()
             self.state.i += 1
             self.state.full_program_trace.append({"i": self.state.i, "schedule": "async"})
-            self.recorder.on_iteration_start({"state": self.state})
-            self._window_open = True
+            notify_callbacks(self.callbacks, "on_iteration_start", {
+                "iteration": self.state.i, "state": self.state, "trainset_loader": self.trainset})
+            self._window_open, self._accepted_in_window = True, False
 
     def _close_window(self) -> None:
         """Write the window's StepRecord; a window in which nothing happened is taken back."""
@@ -319,7 +345,8 @@ class AsyncSchedule:
                 self.state.i -= 1
                 self.state.full_program_trace.pop()
                 return
-            self.recorder.on_iteration_end({"state": self.state})
+            notify_callbacks(self.callbacks, "on_iteration_end", {
+                "iteration": self.state.i, "state": self.state, "proposal_accepted": self._accepted_in_window})
 
     def _save(self) -> None:
         getter = getattr(self.adapter, "get_adapter_state", None)

@@ -18,6 +18,7 @@ other than gepa's step loop reports to the same seam.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 from collections.abc import Sequence
 from typing import Any
@@ -38,6 +39,7 @@ class StepEvents:
     def __init__(self, listeners: Sequence[Any] = ()):
         self.phase: contextvars.ContextVar[str] = contextvars.ContextVar("dspy_pxn_phase", default="validation")
         self.listeners: list[Any] = []
+        self.lock: Any = contextlib.nullcontext()
         for listener in listeners:
             self.add(listener)
 
@@ -46,11 +48,17 @@ class StepEvents:
             raise TypeError(f"{listener!r} implements none of the step events {EVENTS}.")
         self.listeners.append(listener)
 
+    def serialize_with(self, lock: Any) -> None:
+        """Hear every event under ``lock``: a schedule that writes records while threads report
+        (the async one) needs an event and its own bookkeeping to land in the same record."""
+        self.lock = lock
+
     def _emit(self, name: str, *args: Any) -> None:
-        for listener in self.listeners:
-            method = getattr(listener, name, None)
-            if method is not None:
-                method(*args)
+        with self.lock:
+            for listener in self.listeners:
+                method = getattr(listener, name, None)
+                if method is not None:
+                    method(*args)
 
     def tasks_sampled(self, tasks: list[ProposalTask]) -> None:
         self.phase.set("screening")

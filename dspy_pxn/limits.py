@@ -126,6 +126,12 @@ class LMCallLimiter(BaseCallback):
             if call_id in self._open:
                 self._open[call_id] += 1
 
+    @property
+    def slots(self) -> threading.BoundedSemaphore | None:
+        """The cap itself, for pools whose LM calls run where this callback cannot see them (Ray
+        actors): such a pool holds one slot per rollout in flight, shared with every other call."""
+        return self._slots
+
     def absorb(self, counts: LMCallCounts) -> None:
         """Add calls made where this limiter could not see them (a Ray actor's rollout)."""
         with self._lock:

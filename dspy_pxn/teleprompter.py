@@ -95,11 +95,19 @@ class BatchedGEPA(dspy.GEPA):
         n: mutations per parent, each on its own minibatch.
         num_threads: W, the one pool shared by all rollouts and reflection calls of a
             step. Default: enough for one step's screening (P·N·minibatch), and at
-            least ``dspy.settings.num_threads``.
-        selection: which improving children are fully validated: 'all' (default, the
-            paper's AllImprovements), 'best', an int k (top-k), 'merge' (the improving children
+            least ``dspy.settings.num_threads``. Under ``schedule='async'`` W bounds the
+            rollouts and the P·N pipelines reflect in their own threads beside them; cap all
+            LM calls at once with ``max_concurrent_lm_calls``.
+        selection: which improving children are fully validated: 'all' (the paper's
+            AllImprovements), 'best', an int k (top-k), 'merge' (the improving children
             merged into one candidate by one reflection call: ``dspy_pxn.merge``), 'merge+best'
-            (that merge and the best child), or a gepa SelectionStrategy.
+            (that merge and the best child), or a gepa SelectionStrategy. Default: 'all' at
+            P·N = 1 (dspy.GEPA's behaviour), 'merge' above it (README "Performance": validating
+            sixteen siblings one by one buys speed and loses held-out score; merging keeps both).
+        schedule: 'steps' (gepa's step loop: a barrier after each step's screening and after
+            its validation) or 'async' (``dspy_pxn.asynchronous``: P·N proposal pipelines always
+            in flight, no barrier). Default: 'async' at P·N > 1 unless ``use_merge`` or
+            ``use_wandb`` (both live inside gepa's step loop), else 'steps'.
         callbacks: gepa callbacks, notified alongside the step recorder.
         step_sinks: callables receiving each ``StepRecord`` as it is written.
         pool: a WorkerPool to run rollouts on (default: a thread pool of num_threads,
@@ -140,7 +148,7 @@ class BatchedGEPA(dspy.GEPA):
         max_metric_calls: int | None = None,
         reflection_lm: dspy.BaseLM | None = None,
         num_threads: int | None = None,
-        selection: str | int | SelectionStrategy = "all",
+        selection: str | int | SelectionStrategy | None = None,
         reflection_minibatch_size: int = 3,
         candidate_selection_strategy: str | CandidateSelector = "pareto",
         component_selector: Any = "round_robin",
@@ -174,7 +182,7 @@ class BatchedGEPA(dspy.GEPA):
         run_name: str | None = None,
         run_tags: dict[str, str] | None = None,
         max_concurrent_lm_calls: int | limits.LMCallLimiter | None = None,
-        schedule: Literal["steps", "async"] = "steps",
+        schedule: Literal["steps", "async"] | None = None,
     ):
         self.p = checks.positive_int("p", p, "p is the number of parents sampled per step, e.g. p=8.")
         self.n = checks.positive_int("n", n, "n is the number of mutations drawn per parent, e.g. n=1.")
@@ -191,7 +199,8 @@ class BatchedGEPA(dspy.GEPA):
             )
         if track_best_outputs and not track_stats:
             raise checks.ArgumentError("track_best_outputs=True needs track_stats=True (the outputs are part of the stats).")
-        self.selection = selections.checked(selection)
+        wide = self.p * self.n > 1
+        self.selection = selections.checked(selection if selection is not None else ("merge" if wide else "all"))
         self.testset = checks.dataset("testset", testset) if testset is not None else None
         self.tracker, self.mlflow = tracker_for(tracker, use_mlflow, mlflow, tracking_uri, experiment, run_name, run_tags)
         if use_wandb:
@@ -250,6 +259,11 @@ class BatchedGEPA(dspy.GEPA):
         self.callbacks = list(callbacks)
         self.step_sinks = list(step_sinks)
         self.lm_limiter = limits.limiter_for(max_concurrent_lm_calls)
+        # Above 1×1, what the user left open is chosen from README "Performance"; the run says so once.
+        self.chosen_for_user = [name for name, value in (("schedule", schedule), ("selection", selection))
+                                if value is None and wide]
+        if schedule is None:
+            schedule = "async" if wide and not (use_merge or use_wandb) else "steps"
         self.schedule = check_schedule(schedule, use_merge=use_merge, use_wandb=use_wandb)
 
     # ------------------------------------------------------------------------------
@@ -307,6 +321,10 @@ class BatchedGEPA(dspy.GEPA):
         checks.examples_match_program(student, trainset=trainset, valset=valset, testset=self.testset)
         checks.writable_dir("log_dir", self.log_dir)
         reflection_lm = self.resolve_reflection_lm()
+        if self.chosen_for_user:
+            logger.info("P×N = %d×%d: schedule=%r, selection=%r (the defaults above 1×1; pass schedule='steps', "
+                        "selection='all' for the paper's step loop).", self.p, self.n, self.schedule,
+                        selections.label(self.selection))
         owns_pool = self.pool is None or self.pool == "ray"
         workers = self.pool.num_workers if not owns_pool else self.num_threads or self.default_num_threads()
         description = self.describe(student, trainset, valset, budget, workers, reflection_lm)

@@ -84,6 +84,12 @@ class UsageMeter(UsageTracker):
         with self._lock:
             super().add_usage(lm, usage_entry)
 
+    def absorb(self, other: UsageTracker) -> None:
+        """Take in another tracker's entries (a rollout's own, under ``track_usage``)."""
+        with self._lock:
+            for lm, entries in other.usage_data.items():
+                self.usage_data[lm].extend(entries)
+
     def _count_new_entries(self) -> None:
         """Fold entries added since the last read into the totals (caller holds the lock)."""
         total = self._totals
@@ -135,20 +141,23 @@ class UsageMeter(UsageTracker):
 def call_program(program: Any, inputs: Mapping[str, Any]) -> Any:
     """Call a program in a rollout the way DSPy's evaluators do, usage included.
 
-    With ``dspy.configure(track_usage=True)`` DSPy attaches each prediction's LM usage
-    (``pred.get_lm_usage()``, which cost-aware metrics read) only when no usage tracker
-    is active, and a run's meter is one. So the program runs without it, as under
-    dspy.GEPA, and the prediction's usage is handed to the meter afterwards: tokens and
-    dollars are exact, but the meter then counts one LM call per model per rollout.
+    With ``track_usage=True`` (``dspy.configure(track_usage=True)``; ``mlflow.dspy.autolog``
+    turns it on for the process) DSPy attaches each prediction's LM usage
+    (``pred.get_lm_usage()``, which cost-aware metrics read) only when no usage tracker is
+    active, and a run's meter is one. So the rollout gets a tracker of its own, whose
+    totals are attached to the prediction as DSPy would attach them and whose entries join
+    the run's meter: every call counted exactly, whatever the program returns.
     """
     meter = dspy.settings.usage_tracker
     if not (dspy.settings.track_usage and isinstance(meter, UsageMeter)):
         return program(**inputs)
-    with dspy.context(usage_tracker=None):
+    rollout = UsageMeter()
+    with dspy.context(usage_tracker=rollout):
         prediction = program(**inputs)
-    get_usage = getattr(prediction, "get_lm_usage", None)
-    for lm, entry in ((get_usage() if callable(get_usage) else None) or {}).items():
-        meter.add_usage(lm, entry)
+    attach = getattr(program, "_set_lm_usage", None)  # dspy.Module's own: a Prediction, or (Prediction, trace)
+    if callable(attach):
+        attach(rollout.get_total_tokens(), prediction)
+    meter.absorb(rollout)
     return prediction
 
 

@@ -13,8 +13,15 @@ from dspy_pxn import testing as sim
 from tests.conftest import seed_program
 
 
+# Most tests here check the step loop's structure (widths, per-step counts, determinism); the
+# async schedule, the default above 1×1, has its own invariants in test_async.py.
+STEP_LOOP = {"schedule": "steps", "selection": "all"}
+
+
 def run_batched(program, splits, **kwargs):
     train, val, _ = splits
+    for name, value in STEP_LOOP.items():
+        kwargs.setdefault(name, value)
     kwargs.setdefault("reflection_lm", sim.SimulatedLM())
     kwargs.setdefault("num_threads", 8)
     optimizer = BatchedGEPA(metric=sim.metric, **kwargs)
@@ -48,16 +55,19 @@ def test_1x1_proposes_the_same_candidates_as_dspy_gepa(task_lm, splits):
     ("p", "n", "budget", "minibatch"),
     [(1, 1, 50, 3), (2, 2, 97, 3), (8, 1, 151, 3), (2, 4, 133, 2), (4, 4, 300, 3), (3, 1, 40, 1), (16, 1, 30, 3)],
 )
-def test_budget_is_never_exceeded_and_not_left_unused(task_lm, splits, p, n, budget, minibatch):
+@pytest.mark.parametrize("schedule", ["steps", None])  # None: the default (async above 1×1)
+def test_budget_is_never_exceeded_and_not_left_unused(task_lm, splits, p, n, budget, minibatch, schedule):
     result = run_batched(
-        seed_program(), splits, p=p, n=n, max_metric_calls=budget, reflection_minibatch_size=minibatch
+        seed_program(), splits, p=p, n=n, max_metric_calls=budget, reflection_minibatch_size=minibatch,
+        schedule=schedule, selection=None,
     ).detailed_results
     val_size = len(splits.val)
     assert result.total_metric_calls <= budget
     # It stops only once no proposal can be screened and validated any more.
     assert budget - result.total_metric_calls < 2 * minibatch + val_size
     assert sum(step.metric_calls for step in result.steps) + val_size == result.total_metric_calls
-    assert all(step.width <= p * n for step in result.steps)
+    if schedule == "steps":  # an async record window spans as many pipelines as ran during one validation
+        assert all(step.width <= p * n for step in result.steps)
 
 
 def test_steps_are_recorded_in_the_result_and_log_dir(task_lm, splits, tmp_path):
@@ -112,7 +122,8 @@ def test_traces_are_captured_only_for_parent_minibatches(task_lm, splits):
             calls.append((id(gold) in val_ids, trace is not None))
         return sim.metric(gold, pred, trace, pred_name, pred_trace)
 
-    optimizer = BatchedGEPA(metric=recording_metric, p=2, n=2, max_metric_calls=120, reflection_lm=sim.SimulatedLM())
+    optimizer = BatchedGEPA(metric=recording_metric, p=2, n=2, max_metric_calls=120, reflection_lm=sim.SimulatedLM(),
+                            **STEP_LOOP)
     result = optimizer.compile(seed_program(), trainset=train, valset=val).detailed_results
     traced_val = [traced for is_val, traced in calls if is_val and traced]
     traced_train = [traced for is_val, traced in calls if not is_val and traced]
@@ -124,7 +135,8 @@ def test_traces_are_captured_only_for_parent_minibatches(task_lm, splits):
 
 def test_parents_of_a_step_are_distinct_once_the_front_allows(task_lm):
     train, val, _ = sim.make_splits(seed=1, train=45, val=20, test=10)
-    optimizer = BatchedGEPA(metric=sim.metric, p=4, n=1, max_metric_calls=400, reflection_lm=sim.SimulatedLM())
+    optimizer = BatchedGEPA(metric=sim.metric, p=4, n=1, max_metric_calls=400, reflection_lm=sim.SimulatedLM(),
+                            **STEP_LOOP)
     result = optimizer.compile(seed_program(), trainset=train, valset=val).detailed_results
     assert any(step.distinct_parents > 1 for step in result.steps)
     previous_front = 1
@@ -133,8 +145,9 @@ def test_parents_of_a_step_are_distinct_once_the_front_allows(task_lm):
         previous_front = step.pareto_front_size
 
 
-def test_returns_a_runnable_program_that_beats_the_seed(task_lm, splits):
-    optimized = run_batched(seed_program(), splits, p=2, n=2, max_metric_calls=300)
+@pytest.mark.parametrize("schedule", ["steps", None])
+def test_returns_a_runnable_program_that_beats_the_seed(task_lm, splits, schedule):
+    optimized = run_batched(seed_program(), splits, p=2, n=2, max_metric_calls=300, schedule=schedule, selection=None)
     results = optimized.detailed_results
     assert results.val_aggregate_scores[results.best_idx] > results.val_aggregate_scores[0]
     test = splits.test
@@ -146,13 +159,14 @@ def test_returns_a_runnable_program_that_beats_the_seed(task_lm, splits):
 @given(
     p=st.integers(1, 6), n=st.integers(1, 4), minibatch=st.integers(1, 4),
     val_size=st.integers(1, 15), extra_budget=st.integers(0, 250), seed=st.integers(0, 3),
+    schedule=st.sampled_from(["steps", None]),
 )
-def test_budget_property_over_many_shapes(task_lm, p, n, minibatch, val_size, extra_budget, seed):
+def test_budget_property_over_many_shapes(task_lm, p, n, minibatch, val_size, extra_budget, seed, schedule):
     train, val, _ = sim.make_splits(seed=seed, train=20, val=val_size, test=1)
     budget = 2 * val_size + 2 * minibatch + extra_budget  # budgets that buy no step are refused (test_drop_in)
     optimizer = BatchedGEPA(
         metric=sim.metric, p=p, n=n, max_metric_calls=budget, reflection_minibatch_size=minibatch,
-        reflection_lm=sim.SimulatedLM(), num_threads=4, seed=seed,
+        reflection_lm=sim.SimulatedLM(), num_threads=4, seed=seed, schedule=schedule,
     )
     result = optimizer.compile(seed_program(), trainset=train, valset=val).detailed_results
     assert result.total_metric_calls <= budget

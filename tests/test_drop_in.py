@@ -71,10 +71,12 @@ def run(optimizer_class, program, splits, **kwargs):
     return optimizer.compile(program, trainset=splits.train, valset=splits.val[:6])
 
 
+@pytest.mark.parametrize("track_usage", [False, True], ids=["", "track_usage"])  # mlflow.dspy.autolog sets it
 @pytest.mark.parametrize("program_class", [ParallelPair, Batched, NestedEvaluate])
-def test_programs_that_fan_out_inside_forward_score_as_under_dspy_gepa(task_lm, splits, program_class):
-    upstream = run(dspy.GEPA, program_class(), splits, use_merge=False, num_threads=4)
-    ours = run(BatchedGEPA, program_class(), splits, p=2, n=1, num_threads=4)
+def test_programs_that_fan_out_inside_forward_score_as_under_dspy_gepa(task_lm, splits, program_class, track_usage):
+    with dspy.context(track_usage=track_usage):
+        upstream = run(dspy.GEPA, program_class(), splits, use_merge=False, num_threads=4)
+        ours = run(BatchedGEPA, program_class(), splits, p=2, n=1, num_threads=4)
     assert upstream.detailed_results.val_aggregate_scores[0] == 1.0
     assert ours.detailed_results.val_aggregate_scores[0] == 1.0
     # The LM calls made in DSPy's worker threads are metered into the run (2 per rollout at least
@@ -127,7 +129,7 @@ def test_a_flex_only_program_has_its_code_optimized(task_lm, splits):
     program = flex()
     seed_source = program.module_src
     best = BatchedGEPA(metric=sim.metric, reflection_lm=sim.SimulatedLM(reflection_error_rate=0.0),
-                       p=2, n=1, max_metric_calls=80).compile(program, trainset=splits.train, valset=splits.val[:6])
+                       p=2, n=1, max_metric_calls=80).compile(program, trainset=splits.train, valset=splits.val)
     results = best.detailed_results
     assert results.candidates[0].module_src == seed_source
     assert max(results.val_aggregate_scores) > results.val_aggregate_scores[0]

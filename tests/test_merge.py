@@ -22,6 +22,7 @@ def one_step(splits, selection, reflection_lm):
     train, val, _ = splits
     # Seed validation + one 4-wide step: 4x(3+3) screening + 2 validations = 12 + 24 + 24 = 60 metric calls.
     return BatchedGEPA(metric=sim.metric, p=4, n=1, max_metric_calls=60, num_threads=8, selection=selection,
+                       schedule="steps",
                        reflection_lm=reflection_lm).compile(sim.seed_program(), trainset=train, valset=val)
 
 

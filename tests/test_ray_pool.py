@@ -19,7 +19,7 @@ from dspy_pxn.pools.ray import RayWorkerPool, WorkerLostError  # noqa: E402
 from dspy_pxn.testing import LatencyServer  # noqa: E402
 from tests.conftest import seed_program  # noqa: E402
 
-SETTINGS = dict(p=2, n=2, max_metric_calls=120, seed=3)
+SETTINGS = dict(p=2, n=2, max_metric_calls=120, seed=3, schedule="steps", selection="all")  # deterministic
 
 
 @pytest.fixture(scope="module")
@@ -82,10 +82,11 @@ def test_the_async_schedule_runs_its_rollouts_on_ray(cluster, server):
     assert got.usage.lm_calls > got.total_metric_calls  # rollouts on Ray and reflections on the driver, metered
 
 
-def test_max_concurrent_lm_calls_caps_ray_rollouts_at_the_server(cluster, server):
+@pytest.mark.parametrize("schedule", ["steps", "async"])  # async: one pool map per pipeline, all under one cap
+def test_max_concurrent_lm_calls_caps_ray_rollouts_at_the_server(cluster, server, schedule):
     with RayWorkerPool(max_concurrency=8, actors=2) as pool:
         server.reset_stats()
-        compile_with(server, pool, max_metric_calls=60, max_concurrent_lm_calls=2)
+        compile_with(server, pool, max_metric_calls=60, max_concurrent_lm_calls=2, schedule=schedule)
         stats = server.stats()
     assert stats["max_in_flight"]["task"] == 2, "the cap is reached and never exceeded"
 

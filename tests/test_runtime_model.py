@@ -193,7 +193,7 @@ def test_records_from_a_real_run_fit_and_carry_what_the_model_needs(task_lm, spl
     train, val, _ = splits
     best = BatchedGEPA(
         metric=sim.metric, p=4, n=2, max_metric_calls=180, reflection_lm=sim.SimulatedLM(), num_threads=8,
-        selection="best", log_dir=str(tmp_path),
+        selection="best", schedule="steps", log_dir=str(tmp_path),
     ).compile(seed_program(), trainset=train, valset=val)
     steps = best.detailed_results.steps
     assert all(s.minibatch_size == 3 and s.val_size == len(val) for s in steps)

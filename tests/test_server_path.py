@@ -12,7 +12,8 @@ def test_pxn_run_overlaps_reflections_and_spends_exactly_its_metric_calls():
     train, val, _ = sim.make_splits(seed=0, train=40, val=12, test=10)
     with LatencyServer(task_latency=0.05, reflection_latency=0.4) as server:
         optimizer = BatchedGEPA(
-            metric=sim.metric, p=4, n=2, max_metric_calls=160, num_threads=8, reflection_lm=server.lm("reflection")
+            metric=sim.metric, p=4, n=2, max_metric_calls=160, num_threads=8, reflection_lm=server.lm("reflection"),
+            schedule="steps", selection="all",  # one round of reflections per step: the step loop's claim
         )
         with dspy.context(lm=server.lm("task")):
             result = optimizer.compile(seed_program(), trainset=train, valset=val).detailed_results

@@ -127,6 +127,7 @@ def test_pxn_run_on_the_latency_server_is_mirrored_step_by_step(server, tmp_path
 
         optimizer = BatchedGEPA(
             metric=sim.metric, p=2, n=2, max_metric_calls=110, num_threads=8, reflection_lm=lm(temperature=1.0),
+            schedule="steps", selection="all",
             tracking_uri=server.uri, experiment="pxn-latency", run_name="2x2 on loopback", log_dir=log_dir,
             run_tags={"dataset": "sim-rules"},
         )

@@ -38,7 +38,8 @@ def make_optimizer(args: argparse.Namespace, task: Task, reflection_lm: Any, p: 
     return BatchedGEPA(
         metric=task.metric, p=p, n=n, max_metric_calls=args.budget, num_threads=args.workers,
         reflection_lm=reflection_lm, reflection_minibatch_size=args.minibatch_size, seed=args.seed,
-        selection=parse_selection(args.selection), log_dir=log_dir, testset=task.test or None,
+        selection=parse_selection(args.selection) if args.selection else None, schedule=args.schedule,
+        log_dir=log_dir, testset=task.test or None,
         # Small models often break DSPy's output format; the reflector must see that to fix it.
         add_format_failure_as_feedback=not args.no_format_feedback,
         step_sinks=[printer(out)], **tracking,

@@ -134,16 +134,17 @@ class RayWorkerPool:
         fn_ref = self._ray.put(fn)
         tracker = dspy.settings.usage_tracker
         counters = [c for c in dspy.settings.get("callbacks", None) or [] if isinstance(c, LMCallLimiter)]
-        caps = [c.max_concurrent for c in counters if c.max_concurrent]
-        lm_cap = threading.BoundedSemaphore(min(caps)) if caps else None
+        # The run's max_concurrent_lm_calls, as rollouts in flight: the limiters' own slots, so the cap
+        # holds across concurrent maps (the async schedule's pipelines) and the driver's reflections.
+        caps = sorted((c.slots for c in counters if c.slots is not None), key=id)
         refs = []
         for item in items:
-            if lm_cap is not None:
-                lm_cap.acquire()  # the run's max_concurrent_lm_calls, as rollouts in flight
+            for cap in caps:
+                cap.acquire()
             self._slots.acquire()  # never more than max_concurrency calls in flight
             ref = self._actors[next(self._next)].run.remote(fn_ref, item, settings_ref)
             refs.append(ref)
-            self._release_when_done(ref, lm_cap)
+            self._release_when_done(ref, caps)
         results = []
         for ref in refs:
             try:
@@ -161,11 +162,11 @@ class RayWorkerPool:
             results.append(result)
         return results
 
-    def _release_when_done(self, ref: Any, lm_cap: threading.BoundedSemaphore | None) -> None:
+    def _release_when_done(self, ref: Any, caps: Sequence[threading.BoundedSemaphore]) -> None:
         def release(_: Any) -> None:
             self._slots.release()
-            if lm_cap is not None:
-                lm_cap.release()
+            for cap in caps:
+                cap.release()
 
         ref.future().add_done_callback(release)
 

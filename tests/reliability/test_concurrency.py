@@ -65,8 +65,9 @@ def check_run_against_gepa_state(result, log_dir: str, val_size: int, budget: in
             "steps": len(steps)}
 
 
+@pytest.mark.parametrize("schedule", ["steps", "async"])
 @pytest.mark.parametrize("faulty", [False, True], ids=["clean", "5pct-faults"])
-def test_64_workers_keep_step_log_and_gepa_state_consistent(tmp_path, faulty):
+def test_64_workers_keep_step_log_and_gepa_state_consistent(tmp_path, faulty, schedule):
     budget = 12000 if LONG else (600 if faulty else 1400)
     train, val, _ = sim.make_splits(seed=1, train=200, val=24, test=10)
     log_dir = str(tmp_path / "run")
@@ -76,6 +77,7 @@ def test_64_workers_keep_step_log_and_gepa_state_consistent(tmp_path, faulty):
     with LatencyServer(task_latency=0.3, reflection_latency=0.5, faults=faults) as server:
         optimizer = BatchedGEPA(
             metric=sim.metric, p=8, n=4, max_metric_calls=budget, num_threads=64, log_dir=log_dir, seed=3,
+            schedule=schedule, selection="all" if schedule == "steps" else "merge",
             reflection_lm=server.lm("reflection", num_retries=3, timeout=2.0, temperature=1.0),
         )
         with dspy.context(lm=server.lm("task", num_retries=3, timeout=2.0)):
@@ -84,8 +86,13 @@ def test_64_workers_keep_step_log_and_gepa_state_consistent(tmp_path, faulty):
     found = check_run_against_gepa_state(result, log_dir, len(val), budget)
     assert found["steps"] >= 2 and found["candidates"] >= 5
     # 64 workers were really used at once (32 proposals x minibatch 3 = 96 screening rollouts per step).
-    assert stats["requests"]["max_in_flight"]["total"] >= 48
-    assert stats["requests"]["max_in_flight"]["total"] <= 64
+    in_flight = stats["requests"]["max_in_flight"]
+    assert in_flight["total"] >= 48
+    assert in_flight["task"] <= 64
+    if schedule == "steps":  # reflections take a worker of the one pool
+        assert in_flight["total"] <= 64
+    else:  # reflections run in the 32 pipelines' own threads, beside the 64 rollout workers (and one merge)
+        assert in_flight["total"] <= 64 + 32 + 1
     assert not [t.name for t in threading.enumerate() if t.name.startswith("dspy-pxn")]
     if faulty:
         assert stats["faults"]["total"] > 0 and result.lm_call_counts.retries > 0

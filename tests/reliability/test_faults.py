@@ -200,6 +200,7 @@ def test_a_failed_reflection_drops_only_its_proposal():
     with LatencyServer(faults=Faults(persistent_500=0.5, kinds=("reflection",), seed=5)) as server:
         optimizer = BatchedGEPA(
             metric=sim.metric, p=4, n=2, max_metric_calls=120, num_threads=8, skip_perfect_score=False,
+            schedule="steps", selection="all",  # reflections per step: the step loop's accounting
             reflection_lm=server.lm("reflection", num_retries=0, timeout=5.0, temperature=1.0),
         )
         with dspy.context(lm=server.lm("task", num_retries=0, timeout=5.0)):

@@ -22,6 +22,7 @@ def run(server: LatencyServer, num_retries: int = 0, **kwargs):
     train, val, _ = sim.make_splits(seed=0, train=40, val=12, test=10)
     optimizer = BatchedGEPA(
         metric=sim.metric, p=4, n=2, max_metric_calls=130, num_threads=16,
+        schedule="steps", selection="all",  # deterministic, so capped and uncapped runs compare candidate by candidate
         reflection_lm=server.lm("reflection", timeout=10.0, temperature=1.0, num_retries=num_retries), **kwargs,
     )
     with dspy.context(lm=server.lm("task", timeout=10.0, num_retries=num_retries)):

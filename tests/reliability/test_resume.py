@@ -18,7 +18,9 @@ from dspy_pxn.resume import load_saved_state
 from dspy_pxn.testing import LatencyServer
 from tests.conftest import seed_program
 
-SETTINGS = dict(p=2, n=2, max_metric_calls=150, num_threads=8, seed=5)
+# The step loop: deterministic, so a resumed run can be compared candidate by candidate with an
+# uninterrupted one (the async schedule's resume is in test_async.py).
+SETTINGS = dict(p=2, n=2, max_metric_calls=150, num_threads=8, seed=5, schedule="steps", selection="all")
 SPLITS = dict(seed=0, train=24, val=8, test=1)
 
 RUN_SCRIPT = textwrap.dedent('''
