@@ -84,7 +84,8 @@ def test_64_workers_keep_step_log_and_gepa_state_consistent(tmp_path, faulty, sc
             result = optimizer.compile(sim.seed_program(), trainset=train, valset=val).detailed_results
         stats = server.stats()
     found = check_run_against_gepa_state(result, log_dir, len(val), budget)
-    assert found["steps"] >= 2 and found["candidates"] >= 5
+    # Enough work to check: the merge validates one candidate per window where "all" validates several.
+    assert found["steps"] >= 2 and found["candidates"] >= (5 if schedule == "steps" else 3)
     # 64 workers were really used at once (32 proposals x minibatch 3 = 96 screening rollouts per step).
     in_flight = stats["requests"]["max_in_flight"]
     assert in_flight["total"] >= 48
