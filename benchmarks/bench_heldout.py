@@ -54,7 +54,7 @@ def main() -> None:
             with dspy.context(lm=sim.SimulatedLM()):
                 best = BatchedGEPA(
                     metric=sim.metric, p=p, n=n, max_metric_calls=args.budget, reflection_lm=sim.SimulatedLM(),
-                    num_threads=args.workers, seed=seed, selection=selection,
+                    num_threads=args.workers, seed=seed, selection=selection, schedule="steps",
                 ).compile(sim.seed_program(), trainset=train, valset=val)
                 evaluate = dspy.Evaluate(devset=test, metric=sim.score, num_threads=args.workers,
                                          display_progress=False)

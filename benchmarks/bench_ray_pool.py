@@ -32,7 +32,8 @@ RESULTS = Path(__file__).parent / "results"
 def timed_run(pool, server: LatencyServer, args) -> tuple[float, int, list[str]]:
     train, val, _ = sim.make_splits(seed=args.seed, train=60, val=args.val, test=1)
     optimizer = BatchedGEPA(metric=sim.metric, p=args.p, n=args.n, max_metric_calls=args.budget,
-                            reflection_lm=server.lm("reflection"), pool=pool, seed=args.seed)
+                            reflection_lm=server.lm("reflection"), pool=pool, seed=args.seed,
+                            schedule="steps", selection="all")  # deterministic: both pools propose the same
     with dspy.context(lm=server.lm("task")):
         start = time.perf_counter()
         best = optimizer.compile(sim.seed_program(), trainset=train, valset=val)

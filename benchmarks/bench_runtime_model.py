@@ -59,7 +59,7 @@ class Measured:
 def run_config(p: int, n: int, server: LatencyServer, args, log_dir: str) -> tuple[float, list[StepRecord]]:
     optimizer = BatchedGEPA(
         metric=sim.metric, p=p, n=n, max_metric_calls=args.budget, reflection_lm=server.lm("reflection"),
-        num_threads=args.workers, seed=args.seed, log_dir=log_dir, selection=args.selection,
+        num_threads=args.workers, seed=args.seed, log_dir=log_dir, selection=args.selection, schedule="steps",
     )
     train, val, _ = sim.make_splits(seed=args.seed, train=args.train, val=args.val, test=1)
     with dspy.context(lm=server.lm("task")):

@@ -64,6 +64,7 @@ class RunDescription:
     p: int
     n: int
     selection: str  # dspy_pxn.selection.label
+    schedule: str  # "steps" | "async"
     minibatch_size: int
     seed: int | None
     use_merge: bool
@@ -85,14 +86,15 @@ class RunDescription:
 
     @property
     def label(self) -> str:
-        """How runs are named and compared: '4x4', '16x1 best', '8x2 top-2'."""
-        return f"{self.p}x{self.n}" + ("" if self.selection == "all" else f" {self.selection}")
+        """How runs are named and compared: '4x4', '16x1 best', '8x2 top-2', '4x4 merge async'."""
+        return (f"{self.p}x{self.n}" + ("" if self.selection == "all" else f" {self.selection}")
+                + ("" if self.schedule == "steps" else f" {self.schedule}"))
 
     def params(self) -> dict[str, str]:
         """What distinguishes one configuration from another, as tracking parameters (no keys, no endpoints)."""
         values = {
             "p": self.p, "n": self.n, "num_workers": self.num_workers, "budget": self.budget, "seed": self.seed,
-            "selection": self.selection, "reflection_minibatch_size": self.minibatch_size,
+            "selection": self.selection, "schedule": self.schedule, "reflection_minibatch_size": self.minibatch_size,
             "candidate_selection_strategy": self.candidate_selection, "use_merge": self.use_merge,
             "task_lm": ",".join(sorted({lm_name(lm) for lm in self.task_lms})),
             "reflection_lm": lm_name(self.reflection_lm) if self.reflection_lm is not None else "custom proposer",
@@ -109,7 +111,8 @@ class RunDescription:
         would mix two runs' answers into one result."""
         return {
             "p": self.p, "n": self.n, "minibatch_size": self.minibatch_size, "seed": self.seed,
-            "selection": self.selection, "use_merge": self.use_merge, "trainset": self.trainset_digest,
+            "selection": self.selection, "schedule": self.schedule, "use_merge": self.use_merge,
+            "trainset": self.trainset_digest,
             "valset": self.valset_digest, "seed_candidate": self.seed_candidate_digest,
             "task_lm": ", ".join(sorted({lm_identity(lm) for lm in self.task_lms})),
             "reflection_lm": lm_identity(self.reflection_lm),

@@ -397,7 +397,7 @@ class BatchedGEPA(dspy.GEPA):
         selector = self.candidate_selection_strategy
         predictor_lms = [p.lm for _, p in student.named_predictors() if getattr(p, "lm", None) is not None]
         return RunDescription(
-            p=self.p, n=self.n, selection=selections.label(self.selection),
+            p=self.p, n=self.n, selection=selections.label(self.selection), schedule=self.schedule,
             minibatch_size=self.reflection_minibatch_size, seed=self.seed, use_merge=self.use_merge,
             candidate_selection=selector if isinstance(selector, str) else type(selector).__name__,
             budget=budget, num_workers=num_workers, program=type(student).__name__,

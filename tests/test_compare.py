@@ -56,9 +56,9 @@ def test_compare_writes_three_figures_and_a_table_from_the_logged_runs(logged, t
     rows = table_rows(comparison.table)
     with open(comparison.table_path) as handle:
         assert handle.read() == comparison.table
-    assert set(rows) == {"1x1", "2x2", "4x1 best"}
+    assert set(rows) == {"1x1", "2x2 async", "4x1 best async"}  # above 1x1 the default schedule is async
     wall_1x1 = results[(1, 1)].wall_s
-    for (p, n, selection), config in zip(CONFIGS, ["1x1", "2x2", "4x1 best"], strict=True):
+    for (p, n, selection), config in zip(CONFIGS, ["1x1", "2x2 async", "4x1 best async"], strict=True):
         row, result = rows[config], results[(p, n)]
         steps = result.steps
         best = max(result.val_aggregate_scores)

@@ -1,0 +1,176 @@
+"""Driver overhead: rollouts per second and driver CPU per metric call at zero LM latency.
+
+With a zero-latency LM server (a subprocess on loopback, every call through dspy.LM ->
+litellm -> HTTP) nothing waits on a model, so the optimizer's own process is the
+bottleneck: its CPU time per metric call is what it costs to hand out and collect one
+rollout, and it bounds the workers one driver can feed (W ≈ T_e / CPU per call).
+Side by side in one run: dspy.GEPA 1×1 and + gepa's PxNSampling, BatchedGEPA's step loop
+and async schedule on threads, and the step loop on a local Ray pool, at each W.
+
+    python benchmarks/bench_overhead.py                                 # W 16,64; ~5 min
+    python benchmarks/bench_overhead.py --workers 16,64,256 --profile   # + where the driver's time goes
+
+Driver CPU is ``time.process_time()`` of this process (all its threads; neither the LM
+server nor Ray's actor processes). ``--profile`` samples every thread's stack of one
+BatchedGEPA run and prints the functions the driver spends its samples in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import dspy
+from gepa.strategies.proposal_sampling import PxNSampling
+
+from dspy_pxn import BatchedGEPA
+from dspy_pxn import testing as sim
+from dspy_pxn.testing import LatencyServer
+
+RESULTS = Path(__file__).parent / "results"
+
+
+@dataclass
+class Row:
+    config: str
+    workers: int
+    wall_s: float
+    metric_calls: int
+    rollouts_per_s: float
+    cpu_ms_per_call: float
+
+
+def make_optimizer(config: str, workers: int, server: LatencyServer, args, pool=None) -> dspy.Teleprompter:
+    common = dict(metric=sim.metric, max_metric_calls=args.budget, reflection_lm=server.lm("reflection"),
+                  num_threads=workers, use_merge=False, seed=0)
+    shape = config.split()[1]
+    p, n = map(int, shape.split("x"))
+    if config.startswith("dspy.GEPA+PxNSampling"):
+        return dspy.GEPA(**common, track_stats=True, gepa_kwargs={"sampling_strategy": PxNSampling(p, n)})
+    if config.startswith("dspy.GEPA"):
+        return dspy.GEPA(**common, track_stats=True)
+    schedule = "async" if "async" in config else "steps"
+    return BatchedGEPA(**common, p=p, n=n, schedule=schedule, selection="all", mlflow=False,
+                       pool=pool if "ray" in config else None)
+
+
+def run_one(config: str, workers: int, server: LatencyServer, args, pool=None) -> Row:
+    train, val, _ = sim.make_splits(seed=0, train=args.train, val=args.val, test=1)
+    optimizer = make_optimizer(config, workers, server, args, pool)
+    with dspy.context(lm=server.lm("task")):
+        cpu, start = time.process_time(), time.perf_counter()
+        best = optimizer.compile(sim.seed_program(), trainset=train, valset=val)
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    calls = best.detailed_results.total_metric_calls
+    return Row(config, workers, wall, calls, calls / wall, 1000 * cpu / calls)
+
+
+class StackSampler:
+    """Every thread's innermost frames, sampled; counts where the driver process spends its time."""
+
+    def __init__(self, interval_s: float = 0.005):
+        self.interval_s = interval_s
+        self.samples: collections.Counter[str] = collections.Counter()
+        self.total = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> StackSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        me = threading.get_ident()
+        while not self._stop.wait(self.interval_s):
+            for ident, frame in sys._current_frames().items():
+                if ident == me:
+                    continue
+                self.total += 1
+                self.samples[_owner(frame)] += 1
+
+
+WAITING = ("threading.py", "queue.py", "selectors.py", "concurrent/futures")
+
+
+def _owner(frame) -> str:
+    """The first frame, from the innermost out, that belongs to a library we can name (or 'waiting')."""
+    innermost = frame.f_code.co_filename
+    if any(part in innermost for part in WAITING) or frame.f_code.co_name in ("wait", "acquire", "select"):
+        return "waiting (idle thread)"
+    while frame is not None:
+        path = frame.f_code.co_filename
+        for name in ("dspy_pxn", "gepa", "dspy", "litellm", "httpx", "openai", "pydantic", "json_repair"):
+            if f"/{name}/" in path:
+                return f"{name}: {Path(path).name}:{frame.f_code.co_name}"
+        frame = frame.f_back
+    return f"other: {Path(innermost).name}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", default="16,64", help="W values, comma-separated")
+    parser.add_argument("--budget", type=int, default=2000)
+    parser.add_argument("--train", type=int, default=60)
+    parser.add_argument("--val", type=int, default=30)
+    parser.add_argument("--configs", default="dspy.GEPA 1x1,dspy.GEPA+PxNSampling 16x1,BatchedGEPA 1x1,"
+                                             "BatchedGEPA 16x1,BatchedGEPA 16x1 async,BatchedGEPA 16x1 ray")
+    parser.add_argument("--profile", action="store_true", help="sample the driver's stacks in one run per W")
+    parser.add_argument("--out", default=str(RESULTS / "overhead.json"))
+    args = parser.parse_args()
+    configs = [c.strip() for c in args.configs.split(",")]
+    rows: list[Row] = []
+    profiles: dict[str, list[tuple[str, float]]] = {}
+    with LatencyServer(task_latency=0.0, reflection_latency=0.0) as server:
+        for workers in (int(w) for w in args.workers.split(",")):
+            ray_pool = None
+            if any("ray" in c for c in configs):
+                from dspy_pxn.pools.ray import RayWorkerPool
+
+                ray_pool = RayWorkerPool(max_concurrency=workers)
+            try:
+                for config in configs:
+                    row = run_one(config, workers, server, args, ray_pool)
+                    rows.append(row)
+                    print(f"W {workers:4d} {config:30s} {row.rollouts_per_s:7.1f} rollouts/s "
+                          f"{row.cpu_ms_per_call:6.2f} ms CPU/call ({row.metric_calls} calls, {row.wall_s:.1f} s)",
+                          flush=True)
+                if args.profile:
+                    for config in ("dspy.GEPA+PxNSampling 16x1", "BatchedGEPA 16x1"):
+                        with StackSampler() as sampler:
+                            run_one(config, workers, server, args)
+                        busy = {k: v for k, v in sampler.samples.items() if not k.startswith("waiting")}
+                        total = sum(busy.values()) or 1
+                        profiles[f"W{workers} {config}"] = [(k, v / total) for k, v in
+                                                            collections.Counter(busy).most_common(25)]
+            finally:
+                if ray_pool is not None:
+                    ray_pool.close()
+
+    print("\n| W | config | rollouts/s | driver CPU ms / metric call | vs dspy.GEPA same shape |")
+    print("|---|---|---|---|---|")
+    for row in rows:
+        shape = row.config.split()[1]
+        upstream = next((r for r in rows if r.workers == row.workers and r.config.startswith("dspy.GEPA")
+                         and r.config.split()[1] == shape), None)
+        ratio = f"{row.cpu_ms_per_call / upstream.cpu_ms_per_call:.2f}x CPU" if upstream else ""
+        print(f"| {row.workers} | {row.config} | {row.rollouts_per_s:.0f} | {row.cpu_ms_per_call:.2f} | {ratio} |")
+    for name, top in profiles.items():
+        print(f"\nwhere the busy samples go, {name}:")
+        for where, share in top:
+            print(f"  {share:6.1%}  {where}")
+    Path(args.out).write_text(json.dumps({"args": vars(args), "rows": [asdict(r) for r in rows],
+                                          "profiles": profiles}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
