@@ -11,8 +11,9 @@ and async schedule on threads, and the step loop on a local Ray pool, at each W.
     python benchmarks/bench_overhead.py --workers 16,64,256 --profile   # + where the driver's time goes
 
 Driver CPU is ``time.process_time()`` of this process (all its threads; neither the LM
-server nor Ray's actor processes). ``--profile`` samples every thread's stack of one
-BatchedGEPA run and prints the functions the driver spends its samples in.
+server nor Ray's actor processes). ``--profile`` (needs ``pip install yappi``) reruns
+dspy.GEPA + PxNSampling and BatchedGEPA under yappi's CPU clock and prints the driver's
+self CPU time by library and dspy_pxn's hottest functions.
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import sys
-import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -71,49 +70,39 @@ def run_one(config: str, workers: int, server: LatencyServer, args, pool=None) -
     return Row(config, workers, wall, calls, calls / wall, 1000 * cpu / calls)
 
 
-class StackSampler:
-    """Every thread's innermost frames, sampled; counts where the driver process spends its time."""
-
-    def __init__(self, interval_s: float = 0.005):
-        self.interval_s = interval_s
-        self.samples: collections.Counter[str] = collections.Counter()
-        self.total = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> StackSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        me = threading.get_ident()
-        while not self._stop.wait(self.interval_s):
-            for ident, frame in sys._current_frames().items():
-                if ident == me:
-                    continue
-                self.total += 1
-                self.samples[_owner(frame)] += 1
+LIBRARIES = ("dspy_pxn", "gepa", "dspy", "litellm", "httpx", "httpcore", "openai", "pydantic", "json_repair",
+             "tqdm", "ray")
 
 
-WAITING = ("threading.py", "queue.py", "selectors.py", "concurrent/futures")
+def library_of(path: str) -> str:
+    for name in LIBRARIES:
+        if f"/{name}/" in path:
+            return name
+    return "python stdlib / other"
 
 
-def _owner(frame) -> str:
-    """The first frame, from the innermost out, that belongs to a library we can name (or 'waiting')."""
-    innermost = frame.f_code.co_filename
-    if any(part in innermost for part in WAITING) or frame.f_code.co_name in ("wait", "acquire", "select"):
-        return "waiting (idle thread)"
-    while frame is not None:
-        path = frame.f_code.co_filename
-        for name in ("dspy_pxn", "gepa", "dspy", "litellm", "httpx", "openai", "pydantic", "json_repair"):
-            if f"/{name}/" in path:
-                return f"{name}: {Path(path).name}:{frame.f_code.co_name}"
-        frame = frame.f_back
-    return f"other: {Path(innermost).name}"
+def cpu_profile(config: str, workers: int, server: LatencyServer, args) -> dict[str, object]:
+    """Self CPU time by library and dspy_pxn's own hottest functions, over every thread (yappi, CPU clock)."""
+    import yappi
+
+    yappi.set_clock_type("cpu")
+    yappi.clear_stats()
+    yappi.start(builtins=False, profile_threads=True)
+    try:
+        run_one(config, workers, server, args)
+    finally:
+        yappi.stop()
+    stats = yappi.get_func_stats()
+    by_library: collections.Counter[str] = collections.Counter()
+    ours: collections.Counter[str] = collections.Counter()
+    for stat in stats:
+        library = library_of(stat.module)
+        by_library[library] += stat.tsub
+        if library == "dspy_pxn":
+            ours[f"{Path(stat.module).name}:{stat.name}"] += stat.tsub
+    total = sum(by_library.values()) or 1.0
+    return {"by_library": [(k, v / total) for k, v in by_library.most_common()],
+            "dspy_pxn_functions_s": ours.most_common(12), "total_cpu_s": total}
 
 
 def main() -> None:
@@ -145,13 +134,8 @@ def main() -> None:
                           f"{row.cpu_ms_per_call:6.2f} ms CPU/call ({row.metric_calls} calls, {row.wall_s:.1f} s)",
                           flush=True)
                 if args.profile:
-                    for config in ("dspy.GEPA+PxNSampling 16x1", "BatchedGEPA 16x1"):
-                        with StackSampler() as sampler:
-                            run_one(config, workers, server, args)
-                        busy = {k: v for k, v in sampler.samples.items() if not k.startswith("waiting")}
-                        total = sum(busy.values()) or 1
-                        profiles[f"W{workers} {config}"] = [(k, v / total) for k, v in
-                                                            collections.Counter(busy).most_common(25)]
+                    for config in ("dspy.GEPA+PxNSampling 16x1", "BatchedGEPA 16x1", "BatchedGEPA 16x1 async"):
+                        profiles[f"W{workers} {config}"] = cpu_profile(config, workers, server, args)
             finally:
                 if ray_pool is not None:
                     ray_pool.close()
@@ -164,10 +148,12 @@ def main() -> None:
                          and r.config.split()[1] == shape), None)
         ratio = f"{row.cpu_ms_per_call / upstream.cpu_ms_per_call:.2f}x CPU" if upstream else ""
         print(f"| {row.workers} | {row.config} | {row.rollouts_per_s:.0f} | {row.cpu_ms_per_call:.2f} | {ratio} |")
-    for name, top in profiles.items():
-        print(f"\nwhere the busy samples go, {name}:")
-        for where, share in top:
-            print(f"  {share:6.1%}  {where}")
+    for name, profile in profiles.items():
+        print(f"\nwhere the driver's CPU goes (self time, all threads), {name}: {profile['total_cpu_s']:.1f} s")
+        for library, share in profile["by_library"]:
+            print(f"  {share:6.1%}  {library}")
+        for function, seconds in profile["dspy_pxn_functions_s"]:
+            print(f"         {seconds:6.2f} s  dspy_pxn {function}")
     Path(args.out).write_text(json.dumps({"args": vars(args), "rows": [asdict(r) for r in rows],
                                           "profiles": profiles}, indent=2))
 

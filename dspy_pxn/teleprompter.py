@@ -79,6 +79,10 @@ OWNED_GEPA_KWARGS = (
 )
 
 
+# The gepa_kwargs the async schedule honours too (it drives GEPAState itself, not gepa's engine).
+ASYNC_GEPA_KWARGS = frozenset({"use_cloudpickle"})
+
+
 class BatchedGEPA(dspy.GEPA):
     """dspy.GEPA that proposes P×N children per step and evaluates them concurrently.
 
@@ -106,8 +110,9 @@ class BatchedGEPA(dspy.GEPA):
             sixteen siblings one by one buys speed and loses held-out score; merging keeps both).
         schedule: 'steps' (gepa's step loop: a barrier after each step's screening and after
             its validation) or 'async' (``dspy_pxn.asynchronous``: P·N proposal pipelines always
-            in flight, no barrier). Default: 'async' at P·N > 1 unless ``use_merge`` or
-            ``use_wandb`` (both live inside gepa's step loop), else 'steps'.
+            in flight, no barrier). Default: 'async' at P·N > 1 unless ``use_merge``,
+            ``use_wandb`` or ``gepa_kwargs`` that only gepa's step loop reads (e.g.
+            ``cache_evaluation``) are given, else 'steps'.
         callbacks: gepa callbacks, notified alongside the step recorder.
         step_sinks: callables receiving each ``StepRecord`` as it is written.
         pool: a WorkerPool to run rollouts on (default: a thread pool of num_threads,
@@ -262,9 +267,10 @@ class BatchedGEPA(dspy.GEPA):
         # Above 1×1, what the user left open is chosen from README "Performance"; the run says so once.
         self.chosen_for_user = [name for name, value in (("schedule", schedule), ("selection", selection))
                                 if value is None and wide]
+        loop_only = sorted(set(self.gepa_kwargs) - ASYNC_GEPA_KWARGS)  # read by gepa's step loop only
         if schedule is None:
-            schedule = "async" if wide and not (use_merge or use_wandb) else "steps"
-        self.schedule = check_schedule(schedule, use_merge=use_merge, use_wandb=use_wandb)
+            schedule = "async" if wide and not (use_merge or use_wandb or loop_only) else "steps"
+        self.schedule = check_schedule(schedule, use_merge=use_merge, use_wandb=use_wandb, loop_only=loop_only)
 
     # ------------------------------------------------------------------------------
     def metric_call_budget(self, student: Module, trainset: list[Example], valset: list[Example]) -> int:
@@ -537,7 +543,7 @@ def tracker_for(
     return trackers.from_arguments(arguments), mlflow
 
 
-def check_schedule(schedule: str, *, use_merge: bool, use_wandb: bool) -> str:
+def check_schedule(schedule: str, *, use_merge: bool, use_wandb: bool, loop_only: Sequence[str] = ()) -> str:
     """'steps' (gepa's loop, one P×N step at a time) or 'async' (P·N proposals always in flight)."""
     if schedule not in ("steps", "async"):
         raise ValueError(f"schedule={schedule!r} is not understood: use 'steps' (gepa's step loop) or 'async' "
@@ -545,6 +551,9 @@ def check_schedule(schedule: str, *, use_merge: bool, use_wandb: bool) -> str:
     if schedule == "async" and use_merge:
         raise ValueError("use_merge=True (gepa's crossover merge) runs inside gepa's step loop: with schedule='async' "
                          "use selection='merge' (the improving children merged into one candidate) instead.")
+    if schedule == "async" and loop_only:
+        raise ValueError(f"gepa_kwargs {list(loop_only)} are read by gepa's step loop, which schedule='async' does "
+                         "not run: use schedule='steps' with them, or drop them.")
     if schedule == "async" and use_wandb:
         raise ValueError("use_wandb=True logs from inside gepa's step loop, which schedule='async' does not run: "
                          "use use_mlflow=True, or schedule='steps'.")

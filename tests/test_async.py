@@ -85,6 +85,23 @@ def test_async_with_gepas_own_merge_or_wandb_is_refused():
         BatchedGEPA(metric=sim.metric, reflection_lm=sim.SimulatedLM(), schedule="async", use_merge=True)
     with pytest.raises(ValueError, match="schedule='fastest' is not understood"):
         BatchedGEPA(metric=sim.metric, reflection_lm=sim.SimulatedLM(), schedule="fastest")
+    with pytest.raises(ValueError, match=r"gepa_kwargs \['cache_evaluation'\] are read by gepa's step loop"):
+        BatchedGEPA(metric=sim.metric, reflection_lm=sim.SimulatedLM(), schedule="async",
+                    gepa_kwargs={"cache_evaluation": True})
+
+
+def test_the_default_schedule_is_the_step_loop_wherever_async_would_ignore_an_argument():
+    """Above 1×1 the default is async, unless an argument only gepa's step loop reads was given."""
+    def schedule(**kwargs):
+        return BatchedGEPA(metric=sim.metric, reflection_lm=sim.SimulatedLM(), **kwargs).schedule
+
+    assert schedule(p=1, n=1) == "steps" and schedule(p=4, n=4) == "async"
+    assert schedule(p=4, n=4, use_merge=True) == "steps"
+    assert schedule(p=4, n=4, gepa_kwargs={"cache_evaluation": True}) == "steps"
+    assert schedule(p=4, n=4, gepa_kwargs={"use_cloudpickle": True}) == "async"
+    optimizer = BatchedGEPA(metric=sim.metric, reflection_lm=sim.SimulatedLM(), p=4, n=4)
+    assert optimizer.selection == "merge"
+    assert BatchedGEPA(metric=sim.metric, reflection_lm=sim.SimulatedLM()).selection == "all"
 
 
 RUN_SCRIPT = textwrap.dedent('''
