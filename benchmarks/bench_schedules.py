@@ -59,10 +59,21 @@ def optimizer(config: str, args, reflection_lm: dspy.BaseLM, seed: int) -> dspy.
     if config.startswith("dspy.GEPA+PxNSampling"):
         p, n = map(int, config.split()[-1].split("x"))
         return dspy.GEPA(**common, track_stats=True, gepa_kwargs={"sampling_strategy": PxNSampling(p, n)})
-    schedule, shape, selection = config.split()
+    # "async 4x4 merge", plus optional dials: "m6" (reflection minibatch of 6: each reflection reads
+    # twice the feedback, screening costs twice the calls) and "cache" (gepa's cache_evaluation: a
+    # (candidate, example) pair already scored is not scored again; step loop only).
+    schedule, shape, selection, *dials = config.split()
     p, n = map(int, shape.split("x"))
+    extra: dict = {}
+    for dial in dials:
+        if dial.startswith("m") and dial[1:].isdigit():
+            extra["reflection_minibatch_size"] = int(dial[1:])
+        elif dial == "cache":
+            extra["gepa_kwargs"] = {"cache_evaluation": True}
+        else:
+            raise SystemExit(f"unknown dial {dial!r} in config {config!r}: use mK (minibatch K) or cache")
     return BatchedGEPA(**common, p=p, n=n, schedule=schedule, selection=int(selection) if selection.isdigit()
-                       else selection)
+                       else selection, **extra)
 
 
 def run_one(config: str, args, landscape: str, latency: str, seed: int) -> dict:

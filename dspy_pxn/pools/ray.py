@@ -5,7 +5,8 @@ node), rollouts run on Ray while the optimizer's loop, reflection included, stay
 driver. Rollouts are I/O-bound LM calls, so a Ray task per rollout would waste a worker
 process (and its dspy import) on each one; instead a few long-lived *threaded actors*
 each run many rollouts at once, and ``max_concurrency`` caps the total like W caps the
-thread pool. A killed actor is restarted by Ray and its in-flight calls are retried
+thread pool. Rollouts travel in batches, one actor call per batch of consecutive items
+(at most what one actor runs at once), because the driver pays per Ray call. A killed actor is restarted by Ray and its in-flight calls are retried
 (``max_task_retries``); a call that still fails raises ``WorkerLostError`` instead of
 hanging the step.
 
@@ -27,6 +28,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import dspy
@@ -59,7 +61,17 @@ def _require_ray():
 
 
 class RolloutActor:
-    """Runs the driver's functions under the driver's dspy settings, many at once (threads)."""
+    """Runs the driver's functions under the driver's dspy settings, many at once (threads).
+
+    Rollouts arrive in batches, one actor call each, because the driver's cost is per Ray call
+    (submission, completion, result transfer), not per rollout; the batch runs concurrently on
+    the actor's own threads and comes back with its usage and call counts summed once.
+    """
+
+    def __init__(self, threads: int = 1):
+        self._threads = threads
+        self._executor: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
 
     def run(
         self, fn: Callable[[Any], Any], item: Any, settings: dict[str, Any]
@@ -70,6 +82,23 @@ class RolloutActor:
         with dspy.context(**settings, usage_tracker=meter, callbacks=[counter]):
             result = fn(item)
         return result, time.perf_counter() - start, dict(meter.usage_data), counter.counts()
+
+    def run_batch(
+        self, fn: Callable[[Any], Any], items: Sequence[Any], settings: dict[str, Any]
+    ) -> tuple[list[Any], float, dict[str, list[dict[str, Any]]], LMCallCounts]:
+        """Every item's result in order, their summed seconds, and the batch's usage and call counts."""
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=self._threads, thread_name_prefix="dspy-pxn-actor")
+        outcomes = [future.result() for future in [self._executor.submit(self.run, fn, item, settings)
+                                                   for item in items]]
+        usage: dict[str, list[dict[str, Any]]] = {}
+        for _, _, item_usage, _ in outcomes:
+            for lm, entries in item_usage.items():
+                usage.setdefault(lm, []).extend(entries)
+        counts = LMCallCounts(*(sum(getattr(o[3], name) for o in outcomes) for name in ("calls", "attempts",
+                                                                                       "retries", "failures")))
+        return [o[0] for o in outcomes], sum(o[1] for o in outcomes), usage, counts
 
     def pid(self) -> int:
         return os.getpid()
@@ -113,10 +142,12 @@ class RayWorkerPool:
         actor_class = ray.remote(RolloutActor).options(
             num_cpus=0, max_concurrency=per_actor, max_restarts=-1, max_task_retries=max_task_retries
         )
-        self._actors = [actor_class.remote() for _ in range(count)]
+        self._actors = [actor_class.remote(per_actor) for _ in range(count)]
+        self._batch_limit = per_actor  # one actor call never holds more than its actor runs at once
         self._next = itertools.cycle(range(count))
         self.num_workers = max_concurrency
         self._slots = threading.BoundedSemaphore(max_concurrency)
+        self._acquiring = threading.Lock()
         self._local = ThreadWorkerPool(max_concurrency)
         self._lock = threading.Lock()
         self._busy = 0.0
@@ -137,18 +168,27 @@ class RayWorkerPool:
         # The run's max_concurrent_lm_calls, as rollouts in flight: the limiters' own slots, so the cap
         # holds across concurrent maps (the async schedule's pipelines) and the driver's reflections.
         caps = sorted((c.slots for c in counters if c.slots is not None), key=id)
+        # Consecutive items in batches, one actor call each; a batch holds one slot per rollout, so it
+        # is never larger than a cap could grant at once (or acquiring its slots would wait forever).
+        size = max(1, min([self._batch_limit, -(-len(items) // len(self._actors))]
+                          + [c.max_concurrent for c in counters if c.max_concurrent]))
         refs = []
-        for item in items:
-            for cap in caps:
-                cap.acquire()
-            self._slots.acquire()  # never more than max_concurrency calls in flight
-            ref = self._actors[next(self._next)].run.remote(fn_ref, item, settings_ref)
+        for begin in range(0, len(items), size):
+            batch = list(items[begin:begin + size])
+            # A batch takes its slots all at once: two maps each holding part of what they need (the
+            # async schedule's pipelines map concurrently) would wait for each other forever.
+            with self._acquiring:
+                for _ in batch:
+                    for cap in caps:
+                        cap.acquire()
+                    self._slots.acquire()  # never more than max_concurrency rollouts in flight
+            ref = self._actors[next(self._next)].run_batch.remote(fn_ref, batch, settings_ref)
             refs.append(ref)
-            self._release_when_done(ref, caps)
-        results = []
+            self._release_when_done(ref, caps, len(batch))
+        results: list[R] = []
         for ref in refs:
             try:
-                result, seconds, usage, counts = self._ray.get(ref)
+                batch_results, seconds, usage, counts = self._ray.get(ref)
             except self._ray.exceptions.RayActorError as error:
                 raise WorkerLostError(f"a rollout's Ray worker died and its retries ran out: {error}") from error
             with self._lock:
@@ -159,14 +199,15 @@ class RayWorkerPool:
                         tracker.add_usage(lm, entry)
             for counter in counters:
                 counter.absorb(counts)
-            results.append(result)
+            results.extend(batch_results)
         return results
 
-    def _release_when_done(self, ref: Any, caps: Sequence[threading.BoundedSemaphore]) -> None:
+    def _release_when_done(self, ref: Any, caps: Sequence[threading.BoundedSemaphore], rollouts: int) -> None:
         def release(_: Any) -> None:
-            self._slots.release()
-            for cap in caps:
-                cap.release()
+            for _ in range(rollouts):
+                self._slots.release()
+                for cap in caps:
+                    cap.release()
 
         ref.future().add_done_callback(release)
 
