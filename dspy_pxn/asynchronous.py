@@ -341,12 +341,14 @@ class AsyncSchedule:
             return
         with self.lock:
             self._window_open = False
+            event = {"iteration": self.state.i, "state": self.state, "proposal_accepted": self._accepted_in_window}
             if self.recorder.window_is_empty():
+                # The other callbacks heard this iteration start: they hear it end, with nothing in it.
+                notify_callbacks(self.callbacks[1:], "on_iteration_end", event)
                 self.state.i -= 1
                 self.state.full_program_trace.pop()
                 return
-            notify_callbacks(self.callbacks, "on_iteration_end", {
-                "iteration": self.state.i, "state": self.state, "proposal_accepted": self._accepted_in_window})
+            notify_callbacks(self.callbacks, "on_iteration_end", event)
 
     def _save(self) -> None:
         getter = getattr(self.adapter, "get_adapter_state", None)

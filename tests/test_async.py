@@ -154,3 +154,30 @@ def test_a_killed_async_run_resumes_losing_only_the_work_in_flight(tmp_path):
         c["predict"] for c in saved.program_candidates]
     assert [s.step for s in resumed.steps] == list(range(1, len(resumed.steps) + 1))
     assert read_step_log(str(log_dir)) == list(resumed.steps)
+
+
+class Heard:
+    """A user's gepa callback: what gepa's own engine would have told it."""
+
+    def __init__(self):
+        self.events: list[tuple[str, dict]] = []
+
+    def __getattr__(self, name):
+        if not name.startswith("on_"):
+            raise AttributeError(name)
+        return lambda event: self.events.append((name, event))
+
+
+def test_a_users_gepa_callbacks_hear_an_async_run_as_they_hear_gepas_loop(splits):
+    heard = Heard()
+    result = run_async(splits, sim.SimulatedLM(), p=4, n=2, max_metric_calls=200, callbacks=[heard])
+    names = [name for name, _ in heard.events]
+    starts = [e["iteration"] for n, e in heard.events if n == "on_iteration_start"]
+    ends = [e["iteration"] for n, e in heard.events if n == "on_iteration_end"]
+    assert names[0] == "on_optimization_start" and names[-1] == "on_optimization_end"
+    assert len(starts) == len(ends) >= len(result.steps)  # every iteration that starts, ends
+    accepted = [e["new_candidate_idx"] for n, e in heard.events if n == "on_candidate_accepted"]
+    assert accepted == list(range(1, len(result.candidates)))
+    validated = [e["candidate_idx"] for n, e in heard.events if n == "on_valset_evaluated"]
+    assert validated == list(range(len(result.candidates)))  # the seed, then each accepted candidate
+    assert names.count("on_candidate_rejected") == sum(s.proposals - s.accepted for s in result.steps) > 0
