@@ -199,6 +199,20 @@ def test_optimize_sim_starts_its_own_simulated_lm_and_learns(store, tmp_path, ca
     assert "note: only" not in out  # every answer was a real call to the simulated server
 
 
+@pytest.mark.parametrize(("flags", "schedule"), [((), "async"), (("--schedule", "steps", "--selection", "best"), "steps")])
+def test_optimize_takes_the_schedule_and_selection_or_their_defaults(tmp_path, flags, schedule):
+    from dspy_pxn import read_step_log
+
+    log_dir = tmp_path / "run"
+    assert cli(["optimize", "sim", "--p", "2", "--n", "2", "--task-latency", "0.005", "--train-size", "30",
+                "--val-size", "10", "--test-size", "5", "--budget", "120", "--workers", "8", "--no-mlflow",
+                "--log-dir", str(log_dir), *flags]) == 0
+    records = read_step_log(str(log_dir))
+    assert records and {r.schedule for r in records} == {schedule}
+    if schedule == "steps":  # best validates at most one child per step
+        assert all(r.accepted <= 1 for r in records)
+
+
 def test_optimize_sim_takes_the_landscape_and_latency_distribution(tmp_path, monkeypatch, capsys):
     from dspy_pxn import testing
 
