@@ -6,9 +6,9 @@ driver. Rollouts are I/O-bound LM calls, so a Ray task per rollout would waste a
 process (and its dspy import) on each one; instead a few long-lived *threaded actors*
 each run many rollouts at once, and ``max_concurrency`` caps the total like W caps the
 thread pool. Rollouts travel in batches, one actor call per batch of consecutive items
-(at most what one actor runs at once), because the driver pays per Ray call. A killed actor is restarted by Ray and its in-flight calls are retried
-(``max_task_retries``); a call that still fails raises ``WorkerLostError`` instead of
-hanging the step.
+(at most what one actor runs at once), because the driver pays per Ray call. A killed
+actor is restarted by Ray and its in-flight calls are retried (``max_task_retries``); a
+call that still fails raises ``WorkerLostError`` instead of hanging the step.
 
 A rollout's LM accounting comes back with its result: the actor meters each call's
 usage (tokens, for dollars) and counts its LM calls, retries and failures, and the driver
