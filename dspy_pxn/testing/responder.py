@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dspy_pxn.testing.landscape import DEPTH, Landscape
-from dspy_pxn.testing.task import _QUESTION_RE, RULES_BY_NAME, _eval_expr, seed_instruction
+from dspy_pxn.testing.task import _QUESTION_RE, RULES_BY_NAME, _eval_expr, parse, seed_instruction
 from dspy_pxn.testing.wire import message_text as _text
 
 # Probability that a reflection rewrite copies the harvested definition wrong;
@@ -233,7 +233,7 @@ def _answer_reflection(system: str, user: str, full: str, error_rate: float, lan
 
 def _instruction_literal(source: str) -> ast.Constant | None:
     """The instruction string of the first ``dspy.Signature(spec, instruction)`` in a module source."""
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import random
 import re
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,7 +56,18 @@ def _eval_expr(expr: str, x: int) -> int:
 
     if len(expr) > 200:
         raise ValueError("expression too long")
-    return ev(ast.parse(expr.strip(), mode="eval"))
+    return ev(parse(expr.strip(), mode="eval"))
+
+
+_PARSE_LOCK = threading.Lock()
+
+
+def parse(source: str, mode: str = "exec") -> ast.AST:
+    """``ast.parse`` one thread at a time: CPython 3.11 before 3.11.9 can raise "AST constructor recursion
+    depth mismatch" when threads parse at once (python/cpython#106905), and simulated runs parse in every
+    rollout thread."""
+    with _PARSE_LOCK:
+        return ast.parse(source, mode=mode)
 
 
 @dataclass(frozen=True)
