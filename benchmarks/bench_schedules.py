@@ -61,27 +61,19 @@ def optimizer(config: str, args, reflection_lm: dspy.BaseLM, seed: int) -> dspy.
         return dspy.GEPA(**common, track_stats=True, gepa_kwargs={"sampling_strategy": PxNSampling(p, n)})
     # "async 4x4 merge", plus optional dials: "m6" (reflection minibatch of 6: each reflection reads
     # twice the feedback, screening costs twice the calls) and "cache" (gepa's cache_evaluation: a
-    # (candidate, example) pair already scored is not scored again; step loop only), and for the async
-    # schedule "vF" (validate on a fraction F of val first, rejecting a candidate worse than its parent
-    # there; the default is dspy_pxn.asynchronous.VALIDATION_SUBSAMPLE, "v0" turns it off). The dials are
-    # set on the optimizer's `async_dials`, a measurement seam for AsyncSchedule's keyword arguments.
+    # (candidate, example) pair already scored is not scored again; step loop only).
     schedule, shape, selection, *dials = config.split()
     p, n = map(int, shape.split("x"))
     extra: dict = {}
-    async_dials: dict = {}
     for dial in dials:
         if dial.startswith("m") and dial[1:].isdigit():
             extra["reflection_minibatch_size"] = int(dial[1:])
         elif dial == "cache":
             extra["gepa_kwargs"] = {"cache_evaluation": True}
-        elif dial.startswith("v") and dial[1:].replace(".", "", 1).isdigit():
-            async_dials["validation_subsample"] = float(dial[1:])
         else:
-            raise SystemExit(f"unknown dial {dial!r} in config {config!r}: use mK, cache or vF")
-    optimizer = BatchedGEPA(**common, p=p, n=n, schedule=schedule, selection=int(selection) if selection.isdigit()
-                            else selection, **extra)
-    optimizer.async_dials = async_dials
-    return optimizer
+            raise SystemExit(f"unknown dial {dial!r} in config {config!r}: use mK (minibatch K) or cache")
+    return BatchedGEPA(**common, p=p, n=n, schedule=schedule, selection=int(selection) if selection.isdigit()
+                       else selection, **extra)
 
 
 def run_one(config: str, args, landscape: str, latency: str, seed: int) -> dict:

@@ -9,9 +9,6 @@ queue up; whenever no validation is running, the queued ones go through the run'
 selection (all | best | top-k | merge | merge+best) and are validated together, and new
 pipelines pick parents from the front as it stands when they start. Reflections run in
 the pipelines' own threads, never on a rollout worker, so they cannot starve rollouts.
-A validation scores half of val first and stops there for a candidate worse than its
-parent on that half (``VALIDATION_SUBSAMPLE``): unlike gepa's loop, such a candidate does
-not enter the pool.
 
 gepa's ``GEPAState`` is the single record: candidates are added with its own
 ``update_state_with_new_program``, it is saved (with our strategies' state, through the
@@ -34,7 +31,6 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import random
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -55,13 +51,6 @@ from dspy_pxn.reflection import PooledReflection
 from dspy_pxn.steps import StepRecorder
 
 logger = logging.getLogger(__name__)
-
-# A validation first scores the candidate on this fraction of val (a fresh random subset each time) and
-# stops there when it is worse than its parent on those examples; otherwise the rest of val follows and
-# nothing is scored twice. Measured (benchmarks/results/schedules_subsample.json): on the noisy landscape
-# it keeps merges that only fit val's noise out of the pool (held-out up), on the depth landscape it is
-# neutral, and it costs one extra round trip per validation.
-VALIDATION_SUBSAMPLE = 0.5
 
 
 @dataclass
@@ -108,8 +97,6 @@ class AsyncSchedule:
         perfect_score: float | None,
         track_best_outputs: bool,
         use_cloudpickle: bool,
-        validation_subsample: float = VALIDATION_SUBSAMPLE,
-        seed: int = 0,
     ):
         self.adapter, self.reflection, self.selection, self.guard = adapter, reflection, selection, guard
         self.sampler, self.candidate_selector, self.component_selector = sampler, candidate_selector, component_selector
@@ -127,8 +114,6 @@ class AsyncSchedule:
         events.serialize_with(self.lock)
         self.reserved = 0  # metric calls promised to work in flight, not yet counted in the state
         self.state: GEPAState | None = None
-        self.validation_subsample = validation_subsample
-        self.rng = random.Random(seed)
 
     # ------------------------------------------------------------------------------ run
     def run(self, seed_candidate: dict[str, str]) -> GEPAState:
@@ -291,52 +276,22 @@ class AsyncSchedule:
         in_flight[executor.submit(contextvars.copy_context().run, self._validate, batch, room)] = "validation"
 
     def _validate(self, batch: list[CandidateProposal], room: int
-                  ) -> tuple[list[CandidateProposal], list[ValsetEvaluation], list[tuple[CandidateProposal, str]]]:
+                  ) -> tuple[list[CandidateProposal], list[Any], list[CandidateProposal]]:
         self.events.phase.set("validation")
         view = _ReservedBudget(self.state, self.guard.max_metric_calls, room * self.guard.valset_size)
         selected = self.selection.select(batch, view, self.acceptance) if room else []
         with self.lock:
             self.reserved -= (room - len(selected)) * self.guard.valset_size
-        chosen = {id(p) for p in selected}
-        dropped = [(p, "not selected for validation") for p in batch if id(p) not in chosen]
         ids = list(self.valset.all_ids())
-        first: dict[int, ValsetEvaluation] = {}
-        spent = 0
-        size = round(self.validation_subsample * len(ids))
-        if selected and 1 <= size < len(ids):
-            head = [ids[i] for i in sorted(self.rng.sample(range(len(ids)), size))]
-            screened = self.adapter.batch_evaluate([(p.candidate, self.valset.fetch(head)) for p in selected],
-                                                   capture_traces=False)
-            passed = []
-            for proposal, evaluation in zip(selected, screened, strict=True):
-                partial = _valset_evaluation(head, evaluation)
-                if _mean(partial.scores_by_val_id.values()) >= self._parent_mean(proposal, head):
-                    first[id(proposal)] = partial
-                    passed.append(proposal)
-                else:
-                    spent += size
-                    dropped.append((proposal, "worse than its parent on a validation subsample"))
-            with self.lock:  # the subsample calls of the rejected are spent; the rest of their reservation is free
-                self.state.increment_evals(spent)
-                self.reserved -= (len(selected) - len(passed)) * self.guard.valset_size
-            selected = passed
-        rests = [[i for i in ids if id(p) not in first or i not in first[id(p)].scores_by_val_id] for p in selected]
-        evaluations = self.adapter.batch_evaluate([(p.candidate, self.valset.fetch(rest))
-                                                   for p, rest in zip(selected, rests, strict=True)],
-                                                  capture_traces=False)
-        full = [_joined(ids, first.get(id(p)), _valset_evaluation(rest, e))
-                for p, rest, e in zip(selected, rests, evaluations, strict=True)]
-        return selected, full, dropped
-
-    def _parent_mean(self, proposal: CandidateProposal, ids: list[Any]) -> float:
-        """The first parent's (the pool's best, for a merge) mean validation score on ``ids``."""
-        scores = self.state.prog_candidate_val_subscores[proposal.parent_program_ids[0]]
-        return _mean(scores[i] for i in ids if i in scores)
+        examples = self.valset.fetch(ids)
+        evaluations = self.adapter.batch_evaluate([(p.candidate, examples) for p in selected], capture_traces=False)
+        chosen = {id(p) for p in selected}
+        return selected, [_valset_evaluation(ids, e) for e in evaluations], [p for p in batch if id(p) not in chosen]
 
     def _finished_validation(self, selected: list[CandidateProposal], evaluations: list[ValsetEvaluation],
-                             dropped: list[tuple[CandidateProposal, str]]) -> None:
-        for proposal, reason in dropped:
-            self._rejected(proposal, reason)
+                             dropped: list[CandidateProposal]) -> None:
+        for proposal in dropped:
+            self._rejected(proposal, "not selected for validation")
         if not selected:
             return
         with self.lock:
@@ -400,25 +355,6 @@ class AsyncSchedule:
         if getter is not None:
             self.state.adapter_state = dict(getter())
         self.state.save(self.run_dir, use_cloudpickle=self.use_cloudpickle)
-
-
-def _mean(scores: Any) -> float:
-    values = [s for s in scores if s is not None]
-    return sum(values) / len(values) if values else 0.0
-
-
-def _joined(ids: list[Any], first: ValsetEvaluation | None, rest: ValsetEvaluation) -> ValsetEvaluation:
-    """A subsample's evaluation and the rest's, as one evaluation in the valset's order."""
-    if first is None:
-        return rest
-    parts = (first, rest)
-    objectives = [p.objective_scores_by_val_id for p in parts]
-    return ValsetEvaluation(
-        outputs_by_val_id={i: next(p.outputs_by_val_id[i] for p in parts if i in p.outputs_by_val_id) for i in ids},
-        scores_by_val_id={i: next(p.scores_by_val_id[i] for p in parts if i in p.scores_by_val_id) for i in ids},
-        objective_scores_by_val_id=None if None in objectives else
-        {i: next(o[i] for o in objectives if i in o) for i in ids},
-    )
 
 
 def _valset_evaluation(ids: list[Any], evaluation: Any) -> ValsetEvaluation:

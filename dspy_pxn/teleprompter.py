@@ -271,8 +271,6 @@ class BatchedGEPA(dspy.GEPA):
         if schedule is None:
             schedule = "async" if wide and not (use_merge or use_wandb or loop_only) else "steps"
         self.schedule = check_schedule(schedule, use_merge=use_merge, use_wandb=use_wandb, loop_only=loop_only)
-        # AsyncSchedule keyword arguments under measurement (benchmarks/bench_schedules.py sets them); not API.
-        self.async_dials: dict[str, Any] = {}
 
     # ------------------------------------------------------------------------------
     def metric_call_budget(self, student: Module, trainset: list[Example], valset: list[Example]) -> int:
@@ -489,7 +487,6 @@ class BatchedGEPA(dspy.GEPA):
                                                                                      else []), *self.callbacks],
                 run_dir=self.log_dir, skip_perfect_score=self.skip_perfect_score, perfect_score=self.perfect_score,
                 track_best_outputs=self.track_best_outputs, use_cloudpickle=bool(self.gepa_kwargs.get("use_cloudpickle")),
-                seed=self.seed, **self.async_dials,
             ).run(seed)
             gepa_result = GEPAResult.from_state(state, run_dir=self.log_dir, seed=self.seed)
             return adapter.build_program(gepa_result.best_candidate), gepa_result, adapter, recorder
