@@ -7,8 +7,13 @@ rollout, and it bounds the workers one driver can feed (W ≈ T_e / CPU per call
 Side by side in one run: dspy.GEPA 1×1 and + gepa's PxNSampling, BatchedGEPA's step loop
 and async schedule on threads, and the step loop on a local Ray pool, at each W.
 
-    python benchmarks/bench_overhead.py                                 # W 16,64; ~5 min
+    python benchmarks/bench_overhead.py                                 # W 16,64, 3 rounds; ~15 min
     python benchmarks/bench_overhead.py --workers 16,64,256 --profile   # + where the driver's time goes
+
+The machine is shared and noisy, so every configuration runs ``--repeats`` times in rounds
+(each round runs all configurations of a W once, in an order rotated per round, so drift in
+the machine's load falls on all of them alike); the table prints each one's median and its
+range over the rounds.
 
 Driver CPU is ``time.process_time()`` of this process (all its threads; neither the LM
 server nor Ray's actor processes). ``--profile`` (needs ``pip install yappi``) reruns
@@ -21,6 +26,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -113,6 +119,7 @@ def main() -> None:
     parser.add_argument("--val", type=int, default=30)
     parser.add_argument("--configs", default="dspy.GEPA 1x1,dspy.GEPA+PxNSampling 16x1,BatchedGEPA 1x1,"
                                              "BatchedGEPA 16x1,BatchedGEPA 16x1 async,BatchedGEPA 16x1 ray")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds per W (median and range are printed)")
     parser.add_argument("--profile", action="store_true", help="sample the driver's stacks in one run per W")
     parser.add_argument("--out", default=str(RESULTS / "overhead.json"))
     args = parser.parse_args()
@@ -127,12 +134,13 @@ def main() -> None:
 
                 ray_pool = RayWorkerPool(max_concurrency=workers)
             try:
-                for config in configs:
-                    row = run_one(config, workers, server, args, ray_pool)
-                    rows.append(row)
-                    print(f"W {workers:4d} {config:30s} {row.rollouts_per_s:7.1f} rollouts/s "
-                          f"{row.cpu_ms_per_call:6.2f} ms CPU/call ({row.metric_calls} calls, {row.wall_s:.1f} s)",
-                          flush=True)
+                for round_ in range(args.repeats):
+                    for config in configs[round_ % len(configs):] + configs[:round_ % len(configs)]:
+                        row = run_one(config, workers, server, args, ray_pool)
+                        rows.append(row)
+                        print(f"W {workers:4d} {config:30s} {row.rollouts_per_s:7.1f} rollouts/s "
+                              f"{row.cpu_ms_per_call:6.2f} ms CPU/call ({row.metric_calls} calls, {row.wall_s:.1f} s)",
+                              flush=True)
                 if args.profile:
                     for config in ("dspy.GEPA+PxNSampling 16x1", "BatchedGEPA 16x1", "BatchedGEPA 16x1 async"):
                         profiles[f"W{workers} {config}"] = cpu_profile(config, workers, server, args)
@@ -140,22 +148,41 @@ def main() -> None:
                 if ray_pool is not None:
                     ray_pool.close()
 
-    print("\n| W | config | rollouts/s | driver CPU ms / metric call | vs dspy.GEPA same shape |")
+    table = summarise(rows, configs)
+    print("\n| W | config | rollouts/s (median, range) | driver CPU ms / metric call (median, range) | "
+          "CPU vs dspy.GEPA same shape |")
     print("|---|---|---|---|---|")
-    for row in rows:
-        shape = row.config.split()[1]
-        upstream = next((r for r in rows if r.workers == row.workers and r.config.startswith("dspy.GEPA")
-                         and r.config.split()[1] == shape), None)
-        ratio = f"{row.cpu_ms_per_call / upstream.cpu_ms_per_call:.2f}x CPU" if upstream else ""
-        print(f"| {row.workers} | {row.config} | {row.rollouts_per_s:.0f} | {row.cpu_ms_per_call:.2f} | {ratio} |")
+    for line in table:
+        ratio = f"{line['cpu_vs_upstream']:.2f}x" if line["cpu_vs_upstream"] else ""
+        print(f"| {line['workers']} | {line['config']} | {line['rollouts_per_s']:.0f} ({line['rollouts_per_s_min']:.0f}-"
+              f"{line['rollouts_per_s_max']:.0f}) | {line['cpu_ms']:.2f} ({line['cpu_ms_min']:.2f}-{line['cpu_ms_max']:.2f}) "
+              f"| {ratio} |")
     for name, profile in profiles.items():
         print(f"\nwhere the driver's CPU goes (self time, all threads), {name}: {profile['total_cpu_s']:.1f} s")
         for library, share in profile["by_library"]:
             print(f"  {share:6.1%}  {library}")
         for function, seconds in profile["dspy_pxn_functions_s"]:
             print(f"         {seconds:6.2f} s  dspy_pxn {function}")
-    Path(args.out).write_text(json.dumps({"args": vars(args), "rows": [asdict(r) for r in rows],
+    Path(args.out).write_text(json.dumps({"args": vars(args), "table": table, "rows": [asdict(r) for r in rows],
                                           "profiles": profiles}, indent=2))
+
+
+def summarise(rows: list[Row], configs: list[str]) -> list[dict[str, object]]:
+    """Median and range per (W, config) over the rounds; CPU against dspy.GEPA of the same P×N shape."""
+    table = []
+    for workers in dict.fromkeys(r.workers for r in rows):
+        for config in configs:
+            mine = [r for r in rows if r.workers == workers and r.config == config]
+            rates, cpus = [r.rollouts_per_s for r in mine], [r.cpu_ms_per_call for r in mine]
+            table.append({"workers": workers, "config": config, "rounds": len(mine),
+                          "rollouts_per_s": statistics.median(rates), "rollouts_per_s_min": min(rates),
+                          "rollouts_per_s_max": max(rates), "cpu_ms": statistics.median(cpus),
+                          "cpu_ms_min": min(cpus), "cpu_ms_max": max(cpus)})
+    for line in table:
+        upstream = next((u for u in table if u["workers"] == line["workers"] and str(u["config"]).startswith("dspy.GEPA")
+                         and str(u["config"]).split()[1] == str(line["config"]).split()[1]), None)
+        line["cpu_vs_upstream"] = line["cpu_ms"] / upstream["cpu_ms"] if upstream else None
+    return table
 
 
 if __name__ == "__main__":
