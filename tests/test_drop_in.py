@@ -34,8 +34,10 @@ class ParallelPair(dspy.Module):
         self.second = knowing(dspy.Predict("question -> answer"))
 
     def forward(self, question):
-        first, second = dspy.Parallel(num_threads=2)([(self.first, {"question": question}),
-                                                       (self.second, {"question": question})])
+        # No progress bar: tqdm's instance registry is not thread-safe, and dspy.Parallel bars opened from
+        # many rollout threads at once crash dspy.GEPA itself now and then (KeyError on a tqdm weakref).
+        first, second = dspy.Parallel(num_threads=2, disable_progress_bar=True)([
+            (self.first, {"question": question}), (self.second, {"question": question})])
         return dspy.Prediction(answer=first.answer if first.answer == second.answer else "disagree")
 
 
@@ -47,7 +49,8 @@ class Batched(dspy.Module):
         self.solve = knowing(dspy.Predict("question -> answer"))
 
     def forward(self, question):
-        (answer,) = self.solve.batch([dspy.Example(question=question).with_inputs("question")], num_threads=2)
+        (answer,) = self.solve.batch([dspy.Example(question=question).with_inputs("question")], num_threads=2,
+                                     disable_progress_bar=True)  # tqdm's registry races across threads (above)
         return dspy.Prediction(answer=answer.answer)
 
 
