@@ -73,32 +73,23 @@ class RolloutActor:
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
-    def run(
-        self, fn: Callable[[Any], Any], item: Any, settings: dict[str, Any]
-    ) -> tuple[Any, float, dict[str, list[dict[str, Any]]], LMCallCounts]:
-        """The result, its seconds, and the LM usage and call counts it spent (for the driver's meters)."""
-        meter, counter = UsageMeter(), LMCallLimiter()  # priced on the driver, which owns the run's meter
-        start = time.perf_counter()
-        with dspy.context(**settings, usage_tracker=meter, callbacks=[counter]):
-            result = fn(item)
-        return result, time.perf_counter() - start, dict(meter.usage_data), counter.counts()
-
     def run_batch(
         self, fn: Callable[[Any], Any], items: Sequence[Any], settings: dict[str, Any]
     ) -> tuple[list[Any], float, dict[str, list[dict[str, Any]]], LMCallCounts]:
-        """Every item's result in order, their summed seconds, and the batch's usage and call counts."""
+        """Every item's result in order, their summed seconds, and the LM usage and call counts the batch
+        spent (for the driver's meters; priced on the driver, which owns the run's meter)."""
+        meter, counter = UsageMeter(), LMCallLimiter()  # thread-safe: one of each serves the whole batch
+
+        def one(item: Any) -> tuple[Any, float]:
+            start = time.perf_counter()
+            with dspy.context(**settings, usage_tracker=meter, callbacks=[counter]):
+                return fn(item), time.perf_counter() - start
+
         with self._lock:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(max_workers=self._threads, thread_name_prefix="dspy-pxn-actor")
-        outcomes = [future.result() for future in [self._executor.submit(self.run, fn, item, settings)
-                                                   for item in items]]
-        usage: dict[str, list[dict[str, Any]]] = {}
-        for _, _, item_usage, _ in outcomes:
-            for lm, entries in item_usage.items():
-                usage.setdefault(lm, []).extend(entries)
-        counts = LMCallCounts(*(sum(getattr(o[3], name) for o in outcomes) for name in ("calls", "attempts",
-                                                                                       "retries", "failures")))
-        return [o[0] for o in outcomes], sum(o[1] for o in outcomes), usage, counts
+        outcomes = list(self._executor.map(one, items))
+        return [result for result, _ in outcomes], sum(s for _, s in outcomes), dict(meter.usage_data), counter.counts()
 
     def pid(self) -> int:
         return os.getpid()
