@@ -5,18 +5,20 @@ litellm -> HTTP) nothing waits on a model, so the optimizer's own process is the
 bottleneck: its CPU time per metric call is what it costs to hand out and collect one
 rollout, and it bounds the workers one driver can feed (W ≈ T_e / CPU per call).
 Side by side in one run: dspy.GEPA 1×1 and + gepa's PxNSampling, BatchedGEPA's step loop
-and async schedule on threads, and the step loop on a local Ray pool, at each W.
+and async schedule on threads and on a local Ray pool, at each W.
 
-    python benchmarks/bench_overhead.py                                 # W 16,64, 3 rounds; ~15 min
+    python benchmarks/bench_overhead.py                                 # W 16,64, 3 rounds; ~20 min
     python benchmarks/bench_overhead.py --workers 16,64,256 --profile   # + where the driver's time goes
+    python benchmarks/bench_overhead.py --workers 64 --configs "BatchedGEPA 16x1,BatchedGEPA 16x1 ray:1,BatchedGEPA 16x1 ray:2,BatchedGEPA 16x1 ray:4"
+                                                                        # throughput as Ray actors are added
 
 The machine is shared and noisy, so every configuration runs ``--repeats`` times in rounds
 (each round runs all configurations of a W once, in an order rotated per round, so drift in
 the machine's load falls on all of them alike); the table prints each one's median and its
 range over the rounds.
 
-Driver CPU is ``time.process_time()`` of this process (all its threads; neither the LM
-server nor Ray's actor processes). ``--profile`` (needs ``pip install yappi``) reruns
+Driver CPU is ``time.process_time()`` of this process (all its threads, Ray's own included;
+neither the LM server nor Ray's actor processes). ``--profile`` (needs ``pip install yappi``) reruns
 dspy.GEPA + PxNSampling and BatchedGEPA under yappi's CPU clock and prints the driver's
 self CPU time by library and dspy_pxn's hottest functions.
 """
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -62,10 +65,19 @@ def make_optimizer(config: str, workers: int, server: LatencyServer, args, pool=
         return dspy.GEPA(**common, track_stats=True)
     schedule = "async" if "async" in config else "steps"
     return BatchedGEPA(**common, p=p, n=n, schedule=schedule, selection="all", mlflow=False,
-                       pool=pool if "ray" in config else None)
+                       pool=pool if ray_actors(config) else None)
+
+
+def ray_actors(config: str) -> int | None:
+    """Actor processes a config's Ray pool has: "ray" is one per CPU, "ray:K" is K; None without Ray."""
+    token = next((t for t in config.split() if t.startswith("ray")), None)
+    if token is None:
+        return None
+    return int(token.partition(":")[2] or os.cpu_count() or 1)
 
 
 def run_one(config: str, workers: int, server: LatencyServer, args, pool=None) -> Row:
+    """One compile; with a Ray config, ``pool`` is a RayWorkerPool with that config's actors."""
     train, val, _ = sim.make_splits(seed=0, train=args.train, val=args.val, test=1)
     optimizer = make_optimizer(config, workers, server, args, pool)
     with dspy.context(lm=server.lm("task")):
@@ -118,7 +130,9 @@ def main() -> None:
     parser.add_argument("--train", type=int, default=60)
     parser.add_argument("--val", type=int, default=30)
     parser.add_argument("--configs", default="dspy.GEPA 1x1,dspy.GEPA+PxNSampling 16x1,BatchedGEPA 1x1,"
-                                             "BatchedGEPA 16x1,BatchedGEPA 16x1 async,BatchedGEPA 16x1 ray")
+                                             "BatchedGEPA 16x1,BatchedGEPA 16x1 async,BatchedGEPA 16x1 ray,"
+                                             "BatchedGEPA 16x1 async ray",
+                        help='comma-separated; "ray" runs rollouts on one Ray actor per CPU, "ray:K" on K actors')
     parser.add_argument("--repeats", type=int, default=3, help="rounds per W (median and range are printed)")
     parser.add_argument("--profile", action="store_true", help="sample the driver's stacks in one run per W")
     parser.add_argument("--out", default=str(RESULTS / "overhead.json"))
@@ -126,17 +140,21 @@ def main() -> None:
     configs = [c.strip() for c in args.configs.split(",")]
     rows: list[Row] = []
     profiles: dict[str, list[tuple[str, float]]] = {}
+    if any(ray_actors(c) for c in configs):
+        import ray
+
+        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)  # shared by every pool
     with LatencyServer(task_latency=0.0, reflection_latency=0.0) as server:
         for workers in (int(w) for w in args.workers.split(",")):
-            ray_pool = None
-            if any("ray" in c for c in configs):
+            ray_pools = {}  # one pool per actor count, kept over the rounds (actors start once)
+            for actors in dict.fromkeys(filter(None, map(ray_actors, configs))):
                 from dspy_pxn.pools.ray import RayWorkerPool
 
-                ray_pool = RayWorkerPool(max_concurrency=workers)
+                ray_pools[actors] = RayWorkerPool(max_concurrency=workers, actors=actors)
             try:
                 for round_ in range(args.repeats):
                     for config in configs[round_ % len(configs):] + configs[:round_ % len(configs)]:
-                        row = run_one(config, workers, server, args, ray_pool)
+                        row = run_one(config, workers, server, args, ray_pools.get(ray_actors(config)))
                         rows.append(row)
                         print(f"W {workers:4d} {config:30s} {row.rollouts_per_s:7.1f} rollouts/s "
                               f"{row.cpu_ms_per_call:6.2f} ms CPU/call ({row.metric_calls} calls, {row.wall_s:.1f} s)",
@@ -145,7 +163,7 @@ def main() -> None:
                     for config in ("dspy.GEPA+PxNSampling 16x1", "BatchedGEPA 16x1", "BatchedGEPA 16x1 async"):
                         profiles[f"W{workers} {config}"] = cpu_profile(config, workers, server, args)
             finally:
-                if ray_pool is not None:
+                for ray_pool in ray_pools.values():
                     ray_pool.close()
 
     table = summarise(rows, configs)

@@ -19,10 +19,8 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from functools import partial
 from typing import Any
 
-import dspy
 from dspy.primitives import Example
 from dspy.primitives.code_interpreter import CodeInterpreterError
 from dspy.teleprompt.gepa.gepa_utils import DspyAdapter
@@ -33,7 +31,7 @@ from gepa.strategies.proposal_sampling import ProposalTask
 from dspy_pxn.events import StepEvents
 from dspy_pxn.pools import WorkerPool
 from dspy_pxn.resume import CHECKPOINT_KEY, RunCheckpoint
-from dspy_pxn.rollout import RolloutResult, metric_fails_everywhere, rollout_task
+from dspy_pxn.rollout import CandidateRollouts, RolloutResult, metric_fails_everywhere
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +53,21 @@ class BatchedAdapter(DspyAdapter):
         self.checkpoint: RunCheckpoint | None = None
         # The run's first evaluation (the seed on the valset) shows whether the metric works at all.
         self._first_evaluation_checked = False
+        # One rollout function for the whole run, so a remote pool ships it (and the student) once.
+        self.rollouts = CandidateRollouts(self.build_program, self.metric_fn, self.failure_score,
+                                          code_components=bool(self._flex_paths))
+
+    # Driver-only state: a remote pool ships the adapter (student, metric, proposers) without it.
+    _DRIVER_ONLY = ("pool", "events", "_lock", "_replays", "_traced_batches", "checkpoint", "rollouts")
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in self._DRIVER_ONLY}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, pool=None, events=StepEvents(), _lock=threading.Lock(), _replays={},
+                             _traced_batches=set(), checkpoint=None)
+        self.rollouts = CandidateRollouts(self.build_program, self.metric_fn, self.failure_score,
+                                          code_components=bool(self._flex_paths))
 
     # -- gepa's adapter-state hook: our strategies' state is pickled with gepa's ----------------
     def get_adapter_state(self) -> dict[str, Any]:
@@ -122,17 +135,14 @@ class BatchedAdapter(DspyAdapter):
             fresh = iter(self._evaluate_many([job for job, r in zip(jobs, replayed, strict=True) if r is None]))
             return [r if r is not None else next(fresh) for r in replayed]
         start = time.perf_counter()
-        programs = [self._build_or_none(candidate) for candidate, _, _ in jobs]
+        buildable = [self._builds(candidate) for candidate, _, _ in jobs]
         tasks = [
-            (program, example, capture)
-            for program, (_, batch, capture) in zip(programs, jobs, strict=True)
-            if program is not None
+            (candidate, example, capture)
+            for builds, (candidate, batch, capture) in zip(buildable, jobs, strict=True)
+            if builds
             for example in batch
         ]
-        # A module-level function and picklable arguments, so remote pools (Ray) can ship it.
-        rollout = partial(rollout_task, metric=self.metric_fn, failure_score=self.failure_score,
-                          code_components=bool(self._flex_paths))
-        results = self.pool.map(rollout, tasks)
+        results = self.pool.map(self.rollouts, tasks)
         if not self._first_evaluation_checked:
             self._first_evaluation_checked = True
             metric_fails_everywhere(results, self.metric_fn)
@@ -140,8 +150,8 @@ class BatchedAdapter(DspyAdapter):
         scored = len(tasks)  # an example of a candidate that cannot be built is scored too: failure_score
         remaining = iter(results)
         evaluations = []
-        for program, (_, batch, capture) in zip(programs, jobs, strict=True):
-            if program is None:
+        for builds, (_, batch, capture) in zip(buildable, jobs, strict=True):
+            if not builds:
                 failures += len(batch)
                 scored += len(batch)
                 evaluations.append(self._make_evaluation_batch([None] * len(batch), [None] * len(batch), [] if capture else None))
@@ -150,13 +160,15 @@ class BatchedAdapter(DspyAdapter):
         self.events.evaluated(time.perf_counter() - start, scored, failures)
         return evaluations
 
-    def _build_or_none(self, candidate: dict[str, str]) -> dspy.Module | None:
+    def _builds(self, candidate: dict[str, str]) -> bool:
+        """Build (once) the candidate's program here, where a candidate that cannot be built is
+        scored as failures without a rollout; the pool's workers then use or rebuild it."""
         try:
-            return self.build_program(candidate)
+            self.rollouts.program(candidate)
         except (SyntaxError, CodeInterpreterError) as error:
             logger.warning("Candidate failed to build (%s); scoring its batch as failures.", error)
-            return None
-
+            return False
+        return True
 
     def _to_evaluation_batch(self, batch: Sequence[Example], results: list[RolloutResult], capture: bool) -> EvaluationBatch:
         trajectories = None

@@ -44,11 +44,40 @@ def mutation_rollout_ids(jobs: Sequence[ReflectionJob]) -> list[int | None]:
     return ids
 
 
+class ReflectionCall:
+    """One reflection LM call: dspy's own ``propose_new_texts`` for a job, under a given LM.
+
+    Picklable (the adapter travels without its driver-only state), so a remote pool can run
+    reflection calls on its workers; the reflective dataset is built on the driver, which
+    holds the optimizer's state, and travels with the job.
+    """
+
+    def __init__(self, adapter: DspyAdapter):
+        self.adapter = adapter
+
+    def __call__(self, job_and_lm: tuple[ReflectionJob, dspy.BaseLM | None]) -> ReflectionProposal:
+        (candidate, reflective_dataset, components), lm = job_and_lm
+        try:
+            with dspy.context(lm=lm):
+                new_texts = DspyAdapter.propose_new_texts(self.adapter, candidate, reflective_dataset, components)
+        except Exception as error:  # noqa: BLE001 - one failed reflection drops one proposal
+            return ReflectionProposal(new_texts={}, metadata={"reflection_error": f"{type(error).__name__}: {error}"})
+        # The feedback each rewrite was made from travels with the proposal (gepa copies a
+        # reflection's metadata into it), so a sibling merge can show it (dspy_pxn.merge).
+        feedback = {component: feedback_text(reflective_dataset, component) for component in new_texts}
+        return ReflectionProposal(new_texts=new_texts, metadata={FEEDBACK_KEY: feedback})
+
+
 class PooledReflection:
     """gepa ``ReflectionLM`` that proposes every job of a step concurrently.
 
     A job whose reflection raises (rate limit, malformed output) yields an empty
     proposal: gepa then drops that proposal only, and the failure is counted.
+
+    With dspy's built-in proposers, reflection calls run where the pool runs rollouts (on a
+    Ray pool, the actors: a reflection's LM call costs the driver as much CPU as a dozen
+    rollouts' bookkeeping). A custom proposer may keep state in this process, so its calls
+    stay here.
     """
 
     def __init__(
@@ -65,6 +94,9 @@ class PooledReflection:
         self._lock = threading.Lock()
         self.failures = 0
         self._warned_zero_temperature = False
+        self._call = ReflectionCall(adapter)
+        builtin = adapter._builtin_instruction_proposer and adapter.custom_code_proposer is None
+        self.remote = builtin and getattr(pool, "remote", False)
 
     def reflect(
         self,
@@ -78,37 +110,33 @@ class PooledReflection:
         start = time.perf_counter()
         rollout_ids = mutation_rollout_ids(jobs)
         self._note_deterministic_repeats(rollout_ids)
-        # Reflection reads the optimizer's state, so it runs on the driver even when rollouts are remote.
-        proposals = self.pool.map_local(self._propose_one, list(zip(jobs, rollout_ids, strict=True)))
+        items = [(job, self._lm(rollout_id)) for job, rollout_id in zip(jobs, rollout_ids, strict=True)]
+        proposals = self._counted((self.pool.map if self.remote else self.pool.map_local)(self._call, items))
         failed = sum(1 for p in proposals if not p.new_texts)
         self.events.reflected(time.perf_counter() - start, len(jobs), failed)
         return [(proposal, self) for proposal in proposals]
 
     def propose(self, job: ReflectionJob) -> ReflectionProposal:
-        """One reflection in the calling thread, reported as a step event (the asynchronous
-        schedule calls it from its own threads, so reflections never hold a rollout worker)."""
+        """One reflection, reported as a step event. The asynchronous schedule calls it from its own
+        threads; on a local pool it runs right there, so reflections never hold a rollout worker."""
         start = time.perf_counter()
-        proposal = self._propose_one((job, None))
+        item = (job, self._lm(None))
+        (proposal,) = self._counted(self.pool.map(self._call, [item]) if self.remote else [self._call(item)])
         self.events.reflected(time.perf_counter() - start, 1, int(not proposal.new_texts))
         return proposal
 
-    def _propose_one(self, job_and_rollout: tuple[ReflectionJob, int | None]) -> ReflectionProposal:
-        (candidate, reflective_dataset, components), rollout_id = job_and_rollout
+    def _lm(self, rollout_id: int | None) -> dspy.BaseLM | None:
         lm = self.reflection_lm or dspy.settings.lm
-        if rollout_id is not None and lm is not None:
-            lm = lm.copy(rollout_id=rollout_id)
-        try:
-            with dspy.context(lm=lm):
-                new_texts = DspyAdapter.propose_new_texts(self.adapter, candidate, reflective_dataset, components)
-        except Exception as error:  # noqa: BLE001 - one failed reflection drops one proposal
-            logger.warning("Reflection failed; dropping this proposal: %s: %s", type(error).__name__, error)
-            with self._lock:
-                self.failures += 1
-            return ReflectionProposal(new_texts={}, metadata={"reflection_error": f"{type(error).__name__}: {error}"})
-        # The feedback each rewrite was made from travels with the proposal (gepa copies a
-        # reflection's metadata into it), so a sibling merge can show it (dspy_pxn.merge).
-        feedback = {component: feedback_text(reflective_dataset, component) for component in new_texts}
-        return ReflectionProposal(new_texts=new_texts, metadata={FEEDBACK_KEY: feedback})
+        return lm.copy(rollout_id=rollout_id) if rollout_id is not None and lm is not None else lm
+
+    def _counted(self, proposals: list[ReflectionProposal]) -> list[ReflectionProposal]:
+        for proposal in proposals:
+            error = proposal.metadata.get("reflection_error") if proposal.metadata else None
+            if error is not None:
+                logger.warning("Reflection failed; dropping this proposal: %s", error)
+                with self._lock:
+                    self.failures += 1
+        return proposals
 
     def _note_deterministic_repeats(self, rollout_ids: list[int | None]) -> None:
         lm = self.reflection_lm or dspy.settings.lm

@@ -7,6 +7,8 @@ arguments, so a remote pool can ship it) and the unit the budget counts: one met
 from __future__ import annotations
 
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +18,7 @@ from dspy.primitives import Example, Prediction
 from dspy.teleprompt.bootstrap_trace import FailedPrediction
 from dspy.teleprompt.gepa.gepa_flex_utils import _metric_scoring_kwargs
 from dspy.utils.exceptions import AdapterParseError
+from gepa.core.state import _candidate_hash
 
 from dspy_pxn import checks, usage
 
@@ -96,13 +99,56 @@ def run_rollout(
 METRIC_PROBLEM = "metric "
 
 
-def rollout_task(
-    task: tuple[dspy.Module, Example, bool], metric: Callable[..., Any], failure_score: float,
-    code_components: bool = False,
-) -> RolloutResult:
-    """One pool task: a (program, example, capture-trace) triple, run and scored."""
-    program, example, capture = task
-    return run_rollout(program, example, metric, capture, failure_score, code_components)
+class CandidateRollouts:
+    """The pool's rollout function: a (candidate, example, capture-trace) task, run and scored.
+
+    A task names its candidate (a few strings), not a built program: a remote pool then ships
+    this object once per run rather than a program per batch, and every process builds each
+    candidate once rather than once per evaluation (building deep-copies the student and makes
+    a new signature class per predictor). Built programs are shared by the rollouts of their
+    candidate, as dspy's ``Evaluate`` shares one program across its threads.
+    """
+
+    def __init__(
+        self,
+        build: Callable[[dict[str, str]], dspy.Module],
+        metric: Callable[..., Any],
+        failure_score: float,
+        code_components: bool = False,
+        capacity: int = 128,
+    ):
+        self.build = build
+        self.metric = metric
+        self.failure_score = failure_score
+        self.code_components = code_components
+        self.capacity = capacity
+        self._programs: OrderedDict[str, dspy.Module] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def program(self, candidate: dict[str, str]) -> dspy.Module:
+        """The candidate's program, built on first use; a candidate that cannot be built raises."""
+        key = _candidate_hash(candidate)
+        with self._lock:
+            if key in self._programs:
+                self._programs.move_to_end(key)
+                return self._programs[key]
+        program = self.build(candidate)
+        with self._lock:
+            program = self._programs.setdefault(key, program)
+            while len(self._programs) > self.capacity:
+                self._programs.popitem(last=False)
+        return program
+
+    def __call__(self, task: tuple[dict[str, str], Example, bool]) -> RolloutResult:
+        candidate, example, capture = task
+        return run_rollout(self.program(candidate), example, self.metric, capture, self.failure_score,
+                           self.code_components)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in ("_programs", "_lock")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _programs=OrderedDict(), _lock=threading.Lock())
 
 
 def metric_fails_everywhere(results: Sequence[RolloutResult], metric: Callable[..., Any]) -> None:

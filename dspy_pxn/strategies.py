@@ -129,14 +129,22 @@ class DistinctParentsPxN:
         self.draws_per_parent = draws_per_parent
 
     def choose_parents(self, state: GEPAState, selector: CandidateSelector, count: int) -> list[int]:
-        parents: list[int] = []
-        for _ in range(count * self.draws_per_parent):
+        parents = [selector.select_candidate_idx(state)]  # the selector's own first draw, as gepa's
+        if count == 1:
+            return parents
+        front = pareto_front_programs(state)
+        draws = count * self.draws_per_parent - 1
+        if type(selector) is ParetoCandidateSelector and len(front) <= count:
+            # gepa's Pareto selector draws from exactly this front, and every draw recomputes it
+            # (quadratic in the programs): more draws could only find the members taken below.
+            draws = 0
+        for _ in range(draws):
             if len(parents) == count:
                 return parents
             parent = selector.select_candidate_idx(state)
             if parent not in parents:
                 parents.append(parent)
-        for program in pareto_front_programs(state):
+        for program in front:
             if len(parents) == count:
                 break
             if program not in parents:

@@ -133,6 +133,38 @@ def test_traces_are_captured_only_for_parent_minibatches(task_lm, splits):
     assert len(traced_train) == len(untraced_train) == sum(s.width for s in result.steps) * 3
 
 
+@pytest.mark.parametrize("schedule", ["steps", "async"])
+def test_each_candidate_is_built_once_however_often_it_is_evaluated(task_lm, splits, monkeypatch, schedule):
+    """Building deep-copies the student and makes new signature classes: once per candidate, not per evaluation."""
+    import threading
+
+    from dspy.teleprompt.gepa.gepa_utils import DspyAdapter
+
+    from dspy_pxn.adapter import BatchedAdapter
+
+    evaluating, built, evaluations = threading.local(), [], []
+    original_build, original_evaluate = DspyAdapter.build_program, BatchedAdapter._evaluate_many
+
+    def build(self, candidate):
+        if getattr(evaluating, "on", False):
+            built.append(tuple(sorted(candidate.items())))
+        return original_build(self, candidate)
+
+    def evaluate(self, jobs):
+        evaluating.on = True
+        evaluations.extend(jobs)
+        try:
+            return original_evaluate(self, jobs)
+        finally:
+            evaluating.on = False
+
+    monkeypatch.setattr(DspyAdapter, "build_program", build)
+    monkeypatch.setattr(BatchedAdapter, "_evaluate_many", evaluate)
+    result = run_batched(seed_program(), splits, p=2, n=2, max_metric_calls=200, schedule=schedule).detailed_results
+    assert len(built) == len(set(built)) >= len(result.candidates) > 1
+    assert len(evaluations) > len(built) + 2  # parents are evaluated again and again, built once
+
+
 def test_parents_of_a_step_are_distinct_once_the_front_allows(task_lm):
     train, val, _ = sim.make_splits(seed=1, train=45, val=20, test=10)
     optimizer = BatchedGEPA(metric=sim.metric, p=4, n=1, max_metric_calls=400, reflection_lm=sim.SimulatedLM(),

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import dspy
 import pytest
@@ -79,7 +80,104 @@ def test_the_async_schedule_runs_its_rollouts_on_ray(cluster, server):
         got = compile_with(server, pool, schedule="async").detailed_results
         assert server.stats()["calls"]["task"] - calls_before == got.total_metric_calls <= SETTINGS["max_metric_calls"]
     assert sum(s.rollouts for s in got.steps) + 8 == got.total_metric_calls
-    assert got.usage.lm_calls > got.total_metric_calls  # rollouts on Ray and reflections on the driver, metered
+    assert got.usage.lm_calls > got.total_metric_calls  # rollouts and reflections on the actors, metered here
+
+
+class CountedOnTheDriver:
+    """Wraps dspy's propose_new_texts in this process only: calls made on an actor are not seen."""
+
+    def __init__(self, monkeypatch):
+        from dspy.teleprompt.gepa.gepa_utils import DspyAdapter
+
+        self.calls, original = 0, DspyAdapter.propose_new_texts
+
+        def counted(*args, **kwargs):
+            self.calls += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(DspyAdapter, "propose_new_texts", counted)
+
+
+def keep_the_instruction(candidate, reflective_dataset, components_to_update):
+    """A custom instruction proposer (no LM call), which may keep state in the driver's process."""
+    return {name: candidate[name] + " Check the arithmetic." for name in components_to_update}
+
+
+@pytest.mark.parametrize("schedule", ["steps", "async"])
+def test_reflection_calls_run_on_the_actors_unless_the_proposer_is_custom(cluster, server, monkeypatch, schedule):
+    with RayWorkerPool(max_concurrency=8) as pool:
+        on_driver = CountedOnTheDriver(monkeypatch)
+        server.reset_stats()
+        builtin = compile_with(server, pool, schedule=schedule).detailed_results
+        reflections = server.stats()["calls"]["reflection"]
+        assert reflections >= len(builtin.candidates) - 1 >= 1 and on_driver.calls == 0, "dspy's proposer ran remotely"
+
+        custom = compile_with(server, pool, schedule=schedule, instruction_proposer=keep_the_instruction).detailed_results
+        assert server.stats()["calls"]["reflection"] == reflections, "the custom proposer makes no LM call"
+    assert on_driver.calls >= 1 and on_driver.calls == sum(s.width for s in custom.steps), \
+        "every proposal of a custom proposer was made on the driver"
+
+
+class WhereAmI:
+    """A mapped function that says which process and which unpickled copy of it ran each item."""
+
+    def __call__(self, item):
+        return os.getpid(), id(self)
+
+
+def test_a_function_mapped_again_is_not_shipped_again(cluster):
+    with RayWorkerPool(max_concurrency=4, actors=2) as pool:
+        where = WhereAmI()
+        first = set(pool.map(where, list(range(8))))
+        again = set(pool.map(where, list(range(8))))
+        other = set(pool.map(WhereAmI(), list(range(8))))
+    assert len({pid for pid, _ in first}) == 2, "both actors ran items"
+    assert again == first, "each actor kept the copy it resolved the first time"
+    assert not other & first, "another function is another copy"
+
+
+class Slow:
+    """Sleeps, then returns ten times its item (or raises on a negative one)."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def __call__(self, item):
+        time.sleep(self.seconds)
+        if item < 0:
+            raise ValueError(f"negative item {item}")
+        return item * 10
+
+
+def test_maps_waiting_together_share_actor_calls_and_keep_their_own_results_and_errors(cluster):
+    import threading
+
+    with RayWorkerPool(max_concurrency=8, actors=1) as pool:
+        holder = threading.Thread(target=pool.map, args=(Slow(1.0), list(range(8))))  # takes every slot for 1 s
+        holder.start()
+        while pool.actor_calls == 0:
+            time.sleep(0.01)
+        outcomes = {}
+
+        def run(name, items):
+            try:
+                outcomes[name] = pool.map(Slow(0.01), items)
+            except ValueError as error:
+                outcomes[name] = error
+
+        maps = {f"map{i}": [i, i + 100] for i in range(6)} | {"fails": [-1, 5]}
+        threads = [threading.Thread(target=run, args=item) for item in maps.items()]
+        for thread in threads:
+            thread.start()
+        for thread in [holder, *threads]:
+            thread.join()
+        calls = pool.actor_calls
+    for name, items in maps.items():
+        if name == "fails":
+            assert isinstance(outcomes[name], ValueError) and "negative item -1" in str(outcomes[name])
+        else:
+            assert outcomes[name] == [10 * item for item in items]
+    assert calls <= 4 < 1 + len(maps), "the maps that waited for slots went out together, not one call each"
 
 
 @pytest.mark.parametrize("schedule", ["steps", "async"])  # async: one pool map per pipeline, all under one cap
@@ -114,6 +212,26 @@ def test_a_killed_ray_worker_is_retried_and_the_run_finishes(cluster, server):
         assert len(result.steps) >= 2, "the run went on after the kill"
         assert victims[0] not in pool.actor_pids(), "Ray restarted the killed actor"
         assert result.total_metric_calls <= SETTINGS["max_metric_calls"]
+
+
+def test_a_run_on_ray_killed_mid_way_resumes_as_if_never_interrupted(cluster, server, tmp_path):
+    """kill -9 of the driver (its actors die with it); the resumed run on a new pool ends as an uninterrupted one."""
+    from dspy_pxn.resume import load_saved_state
+    from tests.reliability import test_resume as resume
+
+    with ThreadWorkerPool(8) as threads:  # Ray proposes what threads propose (tested above)
+        reference = resume.compile_on(server, tmp_path / "reference", pool=threads).detailed_results
+    log_dir = tmp_path / "crashed"
+    resume.kill_mid_run(server, log_dir, timeout_s=120,
+                        pool="__import__('dspy_pxn.pools.ray').pools.ray.RayWorkerPool(address='auto', max_concurrency=8)")
+    saved = load_saved_state(str(log_dir))
+    assert saved is not None and saved.total_num_evals < resume.SETTINGS["max_metric_calls"]
+    with RayWorkerPool(max_concurrency=8) as pool:
+        resumed = resume.compile_on(server, log_dir, pool=pool).detailed_results
+    assert resume.instructions(resumed) == resume.instructions(reference)
+    assert resumed.parents == reference.parents
+    assert resumed.total_metric_calls == reference.total_metric_calls <= resume.SETTINGS["max_metric_calls"]
+    assert [s.step for s in resumed.steps] == list(range(1, len(reference.steps) + 1))
 
 
 def metric_that_kills_its_worker_once(marker: str):

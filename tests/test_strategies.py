@@ -8,6 +8,7 @@ import dspy
 from gepa.core.data_loader import ensure_loader
 from gepa.proposer.base import CandidateProposal
 from gepa.strategies.batch_sampler import EpochShuffledBatchSampler
+from gepa.strategies.candidate_selector import ParetoCandidateSelector
 from gepa.strategies.proposal_selection import AllImprovements
 
 from dspy_pxn import testing as sim
@@ -47,6 +48,7 @@ class FrontState:
         self.program_candidates = [{"p": str(i)} for i in range(len(scores))]
         self._front = front
         self.total_num_evals = 0
+        self.program_full_scores_val_set = scores
 
     def get_pareto_front_mapping(self):
         return self._front
@@ -71,6 +73,25 @@ def test_parents_repeat_only_when_the_front_is_smaller_than_p():
     state = FrontState([0.1, 0.9], {"a": {1}})
     sampler = DistinctParentsPxN(p=4, n=1, guard=BudgetGuard(10_000, 10, 3))
     assert sampler.choose_parents(state, AlwaysSelects(1), 4) == [1, 1, 1, 1]
+
+
+def test_a_front_no_larger_than_p_is_taken_whole_after_the_selectors_one_draw():
+    # gepa's Pareto selector recomputes the front on every draw; with 2 non-dominated programs
+    # and 4 parents wanted, draws after the first could only find what the front already says.
+    state = FrontState([0.1, 0.9, 0.5, 0.7], {"a": {1}, "b": {3}, "c": {1, 3}})
+    rng, one_draw = random.Random(0), random.Random(0)
+    parents = DistinctParentsPxN(p=4, n=1, guard=BudgetGuard(10_000, 10, 3)).choose_parents(
+        state, ParetoCandidateSelector(rng), 4)
+    first = ParetoCandidateSelector(one_draw).select_candidate_idx(state)
+    assert parents[0] == first and sorted(set(parents)) == [1, 3] and len(parents) == 4
+    assert rng.getstate() == one_draw.getstate()  # exactly one draw's randomness consumed
+
+    # A front larger than the parents wanted is still sampled by the selector, draw by draw.
+    wide = FrontState([0.5] * 6, {i: {i} for i in range(6)})
+    rng = random.Random(0)
+    parents = DistinctParentsPxN(p=3, n=1, guard=BudgetGuard(10_000, 10, 3)).choose_parents(
+        wide, ParetoCandidateSelector(rng), 3)
+    assert len(set(parents)) == 3 and rng.getstate() != random.Random(0).getstate()
 
 
 def test_a_single_parent_costs_exactly_one_selector_draw():

@@ -21,7 +21,9 @@ class WorkerPool(Protocol):
 
     ``map`` runs rollouts wherever the pool's workers are (for a remote pool, ``fn`` and the
     items must be picklable); ``map_local`` runs work that must stay in this process, such
-    as reflection, which reads the optimizer's state.
+    as a custom proposer's reflection, which may keep state here. A pool whose ``map`` runs in other
+    processes says ``remote = True``: dspy's built-in reflection calls then go there too
+    (their inputs are built here), since each costs the driver an LM call's CPU.
     """
 
     num_workers: int

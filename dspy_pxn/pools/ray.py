@@ -1,14 +1,19 @@
 """Rollouts on a Ray cluster, behind the same WorkerPool interface as the thread pool.
 
 When one machine's threads are not enough (an agent in a sandbox, a local model per GPU
-node), rollouts run on Ray while the optimizer's loop, reflection included, stays on the
-driver. Rollouts are I/O-bound LM calls, so a Ray task per rollout would waste a worker
-process (and its dspy import) on each one; instead a few long-lived *threaded actors*
-each run many rollouts at once, and ``max_concurrency`` caps the total like W caps the
-thread pool. Rollouts travel in batches, one actor call per batch of consecutive items
-(at most what one actor runs at once), because the driver pays per Ray call. A killed
-actor is restarted by Ray and its in-flight calls are retried (``max_task_retries``); a
-call that still fails raises ``WorkerLostError`` instead of hanging the step.
+node), rollouts run on Ray while the optimizer's loop stays on the driver. Rollouts are
+I/O-bound LM calls, so a Ray task per rollout would waste a worker process (and its dspy
+import) on each one; instead a few long-lived *threaded actors* each run many rollouts at
+once, and ``max_concurrency`` caps the total like W caps the thread pool.
+
+One driver process feeds every actor, so its CPU per rollout bounds the W a run can use;
+the pool keeps it small. The driver pays per Ray call, not per rollout: rollouts travel in
+batches (at most what one actor runs at once), and maps that wait together (the async
+schedule's pipelines, a few rollouts each) share batches, built by one dispatcher thread.
+A function or settings object is stored in Ray once, not per batch, and each actor keeps
+it resolved. A killed actor is restarted by Ray and its in-flight calls are retried
+(``max_task_retries``); a call that still fails raises ``WorkerLostError`` instead of
+hanging the step.
 
 A rollout's LM accounting comes back with its result: the actor meters each call's
 usage (tokens, for dollars) and counts its LM calls, retries and failures, and the driver
@@ -25,10 +30,13 @@ from __future__ import annotations
 
 import itertools
 import os
+import queue
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import dspy
@@ -43,6 +51,9 @@ R = TypeVar("R")
 
 # The dspy settings a rollout reads; they travel with every batch of calls.
 SHIPPED_SETTINGS = ("lm", "adapter")
+# Functions and settings stored in Ray's object store and kept resolved by each actor: a run
+# ships a handful (its rollout function, its reflection call, the task LM's settings).
+SHIPPED_KEPT = 16
 
 
 class WorkerLostError(RuntimeError):
@@ -64,39 +75,112 @@ class RolloutActor:
     """Runs the driver's functions under the driver's dspy settings, many at once (threads).
 
     Rollouts arrive in batches, one actor call each, because the driver's cost is per Ray call
-    (submission, completion, result transfer), not per rollout; the batch runs concurrently on
-    the actor's own threads and comes back with its usage and call counts summed once.
+    (submission, completion, result transfer), not per rollout; a batch may serve several of the
+    driver's maps at once (one group each), runs concurrently on the actor's own threads and
+    comes back with each group's usage and call counts summed once.
+
+    The function and the settings arrive as object references the driver stored once (boxed,
+    so Ray does not resolve them per call); the actor resolves each once and keeps it, so a
+    function that caches work (built programs) keeps its cache from batch to batch.
     """
 
     def __init__(self, threads: int = 1):
         self._threads = threads
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
+        self._resolved: OrderedDict[Any, Any] = OrderedDict()
+        self._resolving = threading.Lock()
 
     def run_batch(
-        self, fn: Callable[[Any], Any], items: Sequence[Any], settings: dict[str, Any]
-    ) -> tuple[list[Any], float, dict[str, list[dict[str, Any]]], LMCallCounts]:
-        """Every item's result in order, their summed seconds, and the LM usage and call counts the batch
-        spent (for the driver's meters; priced on the driver, which owns the run's meter)."""
-        meter, counter = UsageMeter(), LMCallLimiter()  # thread-safe: one of each serves the whole batch
+        self, groups: Sequence[tuple[list[Any], list[Any], Sequence[Any]]]
+    ) -> list[tuple[list[Any], float, dict[str, list[dict[str, Any]]], LMCallCounts, Exception | None]]:
+        """Per group (boxed function, boxed settings, items): every item's result in order, their summed
+        seconds, the LM usage and call counts the group spent (for the driver's meters; priced on the
+        driver, which owns the run's meter), and what the function raised, if it did. Groups are the
+        driver's maps this call serves."""
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=self._threads, thread_name_prefix="dspy-pxn-actor")
+        runs = [self._start(self._resolve(fn[0]), self._resolve(settings[0]), items) for fn, settings, items in groups]
+        outputs = []
+        for futures, meter, counter in runs:
+            try:
+                outcomes = [future.result() for future in futures]
+            except Exception as error:  # noqa: BLE001 - fails its own map only, not the others this call serves
+                outputs.append(([], 0.0, dict(meter.usage_data), counter.counts(), error))
+                continue
+            outputs.append(([result for result, _ in outcomes], sum(s for _, s in outcomes), dict(meter.usage_data),
+                            counter.counts(), None))
+        return outputs
+
+    def _start(self, fn: Callable[[Any], Any], settings: dict[str, Any], items: Sequence[Any]) -> tuple[list, Any, Any]:
+        meter, counter = UsageMeter(), LMCallLimiter()  # thread-safe: one of each serves the whole group
 
         def one(item: Any) -> tuple[Any, float]:
             start = time.perf_counter()
             with dspy.context(**settings, usage_tracker=meter, callbacks=[counter]):
                 return fn(item), time.perf_counter() - start
 
-        with self._lock:
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(max_workers=self._threads, thread_name_prefix="dspy-pxn-actor")
-        outcomes = list(self._executor.map(one, items))
-        return [result for result, _ in outcomes], sum(s for _, s in outcomes), dict(meter.usage_data), counter.counts()
+        assert self._executor is not None
+        return [self._executor.submit(one, item) for item in items], meter, counter
+
+    def _resolve(self, ref: Any) -> Any:
+        import ray
+
+        with self._resolving:  # one copy per reference, even when two batches need it first at once
+            if ref in self._resolved:
+                self._resolved.move_to_end(ref)
+                return self._resolved[ref]
+            value = self._resolved[ref] = ray.get(ref)
+            while len(self._resolved) > SHIPPED_KEPT:
+                self._resolved.popitem(last=False)
+            return value
 
     def pid(self) -> int:
         return os.getpid()
 
 
+@dataclass(eq=False)
+class _MapRequest:
+    """One ``map`` call: what to run, whose meters to credit, and where its results go."""
+
+    fn_box: list[Any]
+    settings_box: list[Any]
+    items: list[Any]
+    tracker: Any
+    counters: list[LMCallLimiter]
+    caps: list[threading.BoundedSemaphore]
+    cap_size: int | None
+    results: list[Any] = field(default_factory=list)
+    error: BaseException | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+    _missing: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.results = [None] * len(self.items)
+        self._missing = len(self.items)
+
+    def deliver(self, indices: list[int], results: list[Any]) -> None:
+        with self._lock:
+            for index, result in zip(indices, results, strict=True):
+                self.results[index] = result
+            self._missing -= len(indices)
+            if self._missing == 0:
+                self.done.set()
+
+    def fail(self, error: BaseException) -> None:
+        with self._lock:
+            if self.error is None:
+                self.error = error
+            self.done.set()
+
+
 class RayWorkerPool:
     """A WorkerPool whose ``map`` runs on Ray actors; ``map_local`` stays on the driver.
+
+    A function or settings object mapped again is not shipped again: each is stored in Ray's
+    object store once (while the pool keeps it alive) and the actors keep it resolved.
 
     Args:
         address: Ray cluster address ("auto" joins `ray start --head`); None starts a local
@@ -108,6 +192,8 @@ class RayWorkerPool:
         max_task_retries: times Ray retries a call whose actor died (the actor restarts).
         init_kwargs: passed to ``ray.init`` when this pool starts Ray (e.g. num_cpus=2).
     """
+
+    remote = True  # map runs elsewhere: what it maps must pickle, and driver CPU is saved by mapping
 
     def __init__(
         self,
@@ -138,10 +224,28 @@ class RayWorkerPool:
         self._next = itertools.cycle(range(count))
         self.num_workers = max_concurrency
         self._slots = threading.BoundedSemaphore(max_concurrency)
-        self._acquiring = threading.Lock()
+        self._requests: queue.SimpleQueue[_MapRequest | None] = queue.SimpleQueue()
+        self.actor_calls = 0  # Ray calls made so far: what the driver pays for, rather than per rollout
+        self._dispatcher = threading.Thread(target=self._dispatch, name="dspy-pxn-ray-dispatch", daemon=True)
+        self._dispatcher.start()
         self._local = ThreadWorkerPool(max_concurrency)
         self._lock = threading.Lock()
         self._busy = 0.0
+        self._shipped: OrderedDict[tuple[int, ...], tuple[Any, Any]] = OrderedDict()
+
+    def _ship(self, value: Any, identity: tuple[int, ...]) -> Any:
+        """``value`` in Ray's object store, stored once per identity (the ids of what it is made of)."""
+        with self._lock:
+            if identity in self._shipped:
+                self._shipped.move_to_end(identity)
+                return self._shipped[identity][1]
+        ref = self._ray.put(value)
+        with self._lock:
+            # The value is kept with its reference: its ids stay its own while it is in the memo.
+            self._shipped[identity] = (value, ref)
+            while len(self._shipped) > SHIPPED_KEPT:
+                self._shipped.popitem(last=False)
+        return ref
 
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
         """Run ``fn`` over ``items`` on the actors, results in input order.
@@ -152,55 +256,109 @@ class RayWorkerPool:
         if not items:
             return []
         settings = {name: getattr(dspy.settings, name) for name in SHIPPED_SETTINGS if getattr(dspy.settings, name)}
-        settings_ref = self._ray.put(settings)
-        fn_ref = self._ray.put(fn)
-        tracker = dspy.settings.usage_tracker
         counters = [c for c in dspy.settings.get("callbacks", None) or [] if isinstance(c, LMCallLimiter)]
-        # The run's max_concurrent_lm_calls, as rollouts in flight: the limiters' own slots, so the cap
-        # holds across concurrent maps (the async schedule's pipelines) and the driver's reflections.
-        caps = sorted((c.slots for c in counters if c.slots is not None), key=id)
-        # Consecutive items in batches, one actor call each; a batch holds one slot per rollout, so it
-        # is never larger than a cap could grant at once (or acquiring its slots would wait forever).
-        size = max(1, min([self._batch_limit, -(-len(items) // len(self._actors))]
-                          + [c.max_concurrent for c in counters if c.max_concurrent]))
-        refs = []
-        for begin in range(0, len(items), size):
-            batch = list(items[begin:begin + size])
-            # A batch takes its slots all at once: two maps each holding part of what they need (the
-            # async schedule's pipelines map concurrently) would wait for each other forever.
-            with self._acquiring:
-                for _ in batch:
-                    for cap in caps:
-                        cap.acquire()
-                    self._slots.acquire()  # never more than max_concurrency rollouts in flight
-            ref = self._actors[next(self._next)].run_batch.remote(fn_ref, batch, settings_ref)
-            refs.append(ref)
-            self._release_when_done(ref, caps, len(batch))
-        results: list[R] = []
-        for ref in refs:
-            try:
-                batch_results, seconds, usage, counts = self._ray.get(ref)
-            except self._ray.exceptions.RayActorError as error:
-                raise WorkerLostError(f"a rollout's Ray worker died and its retries ran out: {error}") from error
+        request = _MapRequest(
+            fn_box=[self._ship(fn, (id(fn),))],
+            settings_box=[self._ship(settings, tuple(id(value) for value in settings.values()) + (0,))],
+            items=list(items),
+            tracker=dspy.settings.usage_tracker,
+            counters=counters,
+            # The run's max_concurrent_lm_calls, as rollouts in flight: the limiters' own slots, so the cap
+            # holds across concurrent maps (the async schedule's pipelines) and the driver's reflections.
+            caps=sorted((c.slots for c in counters if c.slots is not None), key=id),
+            cap_size=min((c.max_concurrent for c in counters if c.max_concurrent), default=None),
+        )
+        self._requests.put(request)
+        request.done.wait()
+        if request.error is not None:
+            raise request.error
+        return request.results
+
+    def _dispatch(self) -> None:
+        """Turn the maps waiting now into actor calls; runs in one thread, so the W and LM-cap slots
+        are only ever acquired here, in order, and concurrent maps cannot deadlock on them.
+
+        Maps that arrive together (the async schedule's pipelines, each a few rollouts) share actor
+        calls: the driver pays per Ray call, so fifty 3-rollout maps cost what a few large ones do.
+        """
+        while True:
+            first = self._requests.get()
+            if first is None:
+                return
+            waiting = [first]
+            while True:
+                try:
+                    request = self._requests.get_nowait()
+                except queue.Empty:
+                    break
+                if request is None:
+                    self._requests.put(None)
+                    break
+                waiting.append(request)
+            work = [(request, index) for request in waiting for index in range(len(request.items))]
+            # A batch holds one slot per rollout, so it is never larger than a cap could grant at once
+            # (or acquiring its slots would wait forever), nor than one actor runs at once.
+            size = max(1, min([self._batch_limit, -(-len(work) // len(self._actors))]
+                              + [r.cap_size for r in waiting if r.cap_size]))
+            for begin in range(0, len(work), size):
+                self._send(work[begin:begin + size])
+
+    def _send(self, batch: list[tuple[_MapRequest, int]]) -> None:
+        for request, _ in batch:
+            for cap in request.caps:
+                cap.acquire()
+            self._slots.acquire()  # never more than max_concurrency rollouts in flight
+        groups: dict[int, tuple[_MapRequest, list[int]]] = {}
+        for request, index in batch:
+            groups.setdefault(id(request), (request, []))[1].append(index)
+        served = list(groups.values())
+        payload = [(request.fn_box, request.settings_box, [request.items[i] for i in indices])
+                   for request, indices in served]
+        try:
+            ref = self._actors[next(self._next)].run_batch.remote(payload)
+            self.actor_calls += 1
+        except Exception as error:  # noqa: BLE001 - a submission that fails fails its maps, never the dispatcher
+            self._release(batch)
+            for request, _ in served:
+                request.fail(error)
+            return
+        ref.future().add_done_callback(lambda future: self._finish(future, batch, served))
+
+    def _finish(self, future: Any, batch: list[tuple[_MapRequest, int]],
+                served: list[tuple[_MapRequest, list[int]]]) -> None:
+        """An actor call came back: release its slots, hand each map its results and its LM accounting."""
+        self._release(batch)
+        try:
+            outputs = future.result()
+        except self._ray.exceptions.RayActorError as error:
+            lost = WorkerLostError(f"a rollout's Ray worker died and its retries ran out: {error}")
+            lost.__cause__ = error
+            for request, _ in served:
+                request.fail(lost)
+            return
+        except BaseException as error:  # noqa: BLE001 - the map raises it in its caller's thread
+            for request, _ in served:
+                request.fail(error)
+            return
+        for (request, indices), (results, seconds, usage, counts, error) in zip(served, outputs, strict=True):
             with self._lock:
                 self._busy += seconds
-            if tracker is not None:
+            if request.tracker is not None:
                 for lm, entries in usage.items():
                     for entry in entries:
-                        tracker.add_usage(lm, entry)
-            for counter in counters:
+                        request.tracker.add_usage(lm, entry)
+            for counter in request.counters:
                 counter.absorb(counts)
-            results.extend(batch_results)
-        return results
+            if error is not None:
+                request.fail(error)
+            else:
+                request.deliver(indices, results)
 
-    def _release_when_done(self, ref: Any, caps: Sequence[threading.BoundedSemaphore], rollouts: int) -> None:
-        def release(_: Any) -> None:
-            for _ in range(rollouts):
-                self._slots.release()
-                for cap in caps:
-                    cap.release()
-
-        ref.future().add_done_callback(release)
+    def _release(self, batch: list[tuple[_MapRequest, int]]) -> None:
+        for request, _ in batch:
+            self._slots.release()
+            for cap in request.caps:
+                cap.release()
 
     def map_local(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
         """Work that must stay on the driver (reflection: it reads the optimizer's state)."""
@@ -214,6 +372,8 @@ class RayWorkerPool:
             return self._busy + self._local.busy_seconds()
 
     def close(self) -> None:
+        self._requests.put(None)
+        self._dispatcher.join()
         self._local.close()
         for actor in self._actors:
             self._ray.kill(actor)

@@ -29,6 +29,8 @@ class ThreadWorkerPool:
     own copy because one ``Context`` cannot be entered by two threads at once.
     """
 
+    remote = False  # map runs in this process: reflections stay on the caller's thread in async runs
+
     def __init__(self, num_workers: int):
         self.num_workers = positive_int("num_workers", num_workers)
         self._executor = ThreadPoolExecutor(max_workers=num_workers, thread_name_prefix="dspy-pxn")

@@ -31,10 +31,11 @@ RUN_SCRIPT = textwrap.dedent('''
         return dspy.LM(f"openai/sim-{kind}", api_base=url, api_key="sim", cache=False, temperature=0.0,
                        num_retries=0, engine="litellm")
     train, val, _ = sim.make_splits(**%(splits)r)
+    pool = %(pool)s
     with dspy.context(lm=lm("task")):
-        BatchedGEPA(metric=sim.metric, reflection_lm=lm("reflection"), log_dir=log_dir, **%(settings)r).compile(
+        BatchedGEPA(metric=sim.metric, reflection_lm=lm("reflection"), log_dir=log_dir, pool=pool, **%(settings)r).compile(
             sim.seed_program(), trainset=train, valset=val)
-''') % {"splits": SPLITS, "settings": SETTINGS}
+''')
 
 
 @pytest.fixture(scope="module")
@@ -59,10 +60,12 @@ def task_calls(server) -> int:
     return server.stats()["calls"]["task"]
 
 
-def kill_mid_run(server, log_dir, after_steps: int = 2, timeout_s: float = 60.0) -> None:
-    """Start the run in a subprocess and SIGKILL it once `after_steps` steps are logged."""
+def kill_mid_run(server, log_dir, after_steps: int = 2, timeout_s: float = 60.0, pool: str = "None") -> None:
+    """Start the run in a subprocess and SIGKILL it once `after_steps` steps are logged.
+
+    ``pool`` is the Python expression the run's ``pool`` argument is built from."""
     script = log_dir.parent / "run.py"
-    script.write_text(RUN_SCRIPT)
+    script.write_text(RUN_SCRIPT % {"splits": SPLITS, "settings": SETTINGS, "pool": pool})
     env = dict(os.environ, PYTHONPATH=os.getcwd(), LITELLM_LOCAL_MODEL_COST_MAP="True")
     process = subprocess.Popen([sys.executable, str(script), server.base_url, str(log_dir)], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
