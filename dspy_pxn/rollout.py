@@ -7,8 +7,6 @@ arguments, so a remote pool can ship it) and the unit the budget counts: one met
 from __future__ import annotations
 
 import logging
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +19,7 @@ from dspy.utils.exceptions import AdapterParseError
 from gepa.core.state import _candidate_hash
 
 from dspy_pxn import checks, usage
+from dspy_pxn.memo import LruMemo
 
 logger = logging.getLogger(__name__)
 
@@ -122,22 +121,11 @@ class CandidateRollouts:
         self.failure_score = failure_score
         self.code_components = code_components
         self.capacity = capacity
-        self._programs: OrderedDict[str, dspy.Module] = OrderedDict()
-        self._lock = threading.Lock()
+        self._programs: LruMemo[dspy.Module] = LruMemo(capacity)
 
     def program(self, candidate: dict[str, str]) -> dspy.Module:
         """The candidate's program, built on first use; a candidate that cannot be built raises."""
-        key = _candidate_hash(candidate)
-        with self._lock:
-            if key in self._programs:
-                self._programs.move_to_end(key)
-                return self._programs[key]
-        program = self.build(candidate)
-        with self._lock:
-            program = self._programs.setdefault(key, program)
-            while len(self._programs) > self.capacity:
-                self._programs.popitem(last=False)
-        return program
+        return self._programs.get(_candidate_hash(candidate), lambda: self.build(candidate))
 
     def __call__(self, task: tuple[dict[str, str], Example, bool]) -> RolloutResult:
         candidate, example, capture = task
@@ -145,10 +133,10 @@ class CandidateRollouts:
                            self.code_components)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k not in ("_programs", "_lock")}
+        return {k: v for k, v in self.__dict__.items() if k != "_programs"}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, _programs=OrderedDict(), _lock=threading.Lock())
+        self.__dict__.update(state, _programs=LruMemo(state["capacity"]))
 
 
 def metric_fails_everywhere(results: Sequence[RolloutResult], metric: Callable[..., Any]) -> None:

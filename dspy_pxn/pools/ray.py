@@ -33,7 +33,6 @@ import os
 import queue
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ import dspy
 
 from dspy_pxn.checks import positive_int
 from dspy_pxn.limits import LMCallCounts, LMCallLimiter
+from dspy_pxn.memo import LruMemo
 from dspy_pxn.pools import ThreadWorkerPool
 from dspy_pxn.usage import UsageMeter
 
@@ -88,8 +88,7 @@ class RolloutActor:
         self._threads = threads
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
-        self._resolved: OrderedDict[Any, Any] = OrderedDict()
-        self._resolving = threading.Lock()
+        self._resolved: LruMemo[Any] = LruMemo(SHIPPED_KEPT)
 
     def run_batch(
         self, groups: Sequence[tuple[list[Any], list[Any], Sequence[Any]]]
@@ -127,14 +126,7 @@ class RolloutActor:
     def _resolve(self, ref: Any) -> Any:
         import ray
 
-        with self._resolving:  # one copy per reference, even when two batches need it first at once
-            if ref in self._resolved:
-                self._resolved.move_to_end(ref)
-                return self._resolved[ref]
-            value = self._resolved[ref] = ray.get(ref)
-            while len(self._resolved) > SHIPPED_KEPT:
-                self._resolved.popitem(last=False)
-            return value
+        return self._resolved.get(ref, lambda: ray.get(ref))
 
     def pid(self) -> int:
         return os.getpid()
@@ -231,21 +223,12 @@ class RayWorkerPool:
         self._local = ThreadWorkerPool(max_concurrency)
         self._lock = threading.Lock()
         self._busy = 0.0
-        self._shipped: OrderedDict[tuple[int, ...], tuple[Any, Any]] = OrderedDict()
+        # Each shipped value is kept with its reference: its ids stay its own while it is memoized.
+        self._shipped: LruMemo[tuple[Any, Any]] = LruMemo(SHIPPED_KEPT)
 
     def _ship(self, value: Any, identity: tuple[int, ...]) -> Any:
         """``value`` in Ray's object store, stored once per identity (the ids of what it is made of)."""
-        with self._lock:
-            if identity in self._shipped:
-                self._shipped.move_to_end(identity)
-                return self._shipped[identity][1]
-        ref = self._ray.put(value)
-        with self._lock:
-            # The value is kept with its reference: its ids stay its own while it is in the memo.
-            self._shipped[identity] = (value, ref)
-            while len(self._shipped) > SHIPPED_KEPT:
-                self._shipped.popitem(last=False)
-        return ref
+        return self._shipped.get(identity, lambda: (value, self._ray.put(value)))[1]
 
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
         """Run ``fn`` over ``items`` on the actors, results in input order.
@@ -361,7 +344,7 @@ class RayWorkerPool:
                 cap.release()
 
     def map_local(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
-        """Work that must stay on the driver (reflection: it reads the optimizer's state)."""
+        """Work that must stay on the driver (a custom proposer's reflection, the sibling merge)."""
         return self._local.map(fn, items)
 
     def actor_pids(self) -> list[int]:
