@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import dspy
 import pytest
@@ -196,6 +197,32 @@ def test_concurrency_cap_holds_at_the_server(cluster, server):
         assert server.stats()["max_in_flight"]["task"] <= 3
 
 
+def test_lm_retries_on_ray_are_counted_per_step_as_on_threads(cluster):
+    """The same seeded 429s (drawn per request content) against two servers: the same retries, step by step."""
+    from tests.faults import Faults
+
+    def run_on(pool):
+        faults = Faults(rate_limit_429=0.2, retry_after_s=0.05, seed=4)
+        with LatencyServer(task_latency=0.02, reflection_latency=0.05, faults=faults) as faulty:
+            train, val, _ = sim.make_splits(seed=0, train=24, val=8, test=1)
+            with dspy.context(lm=faulty.lm("task", num_retries=3, timeout=10.0)):
+                result = BatchedGEPA(metric=sim.metric, reflection_lm=faulty.lm("reflection", num_retries=3, timeout=10.0),
+                                     pool=pool, **SETTINGS).compile(seed_program(), trainset=train, valset=val)
+            return result.detailed_results, faulty.stats()
+
+    with ThreadWorkerPool(8) as threads:
+        expected, _ = run_on(threads)
+    with RayWorkerPool(max_concurrency=8) as pool:
+        got, stats = run_on(pool)
+    counts = got.lm_call_counts
+    assert stats["faults"]["rate_limit_429"] > 5
+    assert counts.retries == stats["faults"]["rate_limit_429"] - counts.failures == counts.attempts - counts.calls
+    assert replace(counts, peak_in_flight=0) == replace(expected.lm_call_counts, peak_in_flight=0)  # peaks differ
+    assert [(s.lm_calls, s.lm_retries, s.lm_failures) for s in got.steps] == [
+        (s.lm_calls, s.lm_retries, s.lm_failures) for s in expected.steps]
+    assert instructions(got) == instructions(expected)
+
+
 def test_a_killed_ray_worker_is_retried_and_the_run_finishes(cluster, server):
     with RayWorkerPool(max_concurrency=8, actors=2) as pool:
         victims = pool.actor_pids()
@@ -222,8 +249,9 @@ def test_a_run_on_ray_killed_mid_way_resumes_as_if_never_interrupted(cluster, se
     with ThreadWorkerPool(8) as threads:  # Ray proposes what threads propose (tested above)
         reference = resume.compile_on(server, tmp_path / "reference", pool=threads).detailed_results
     log_dir = tmp_path / "crashed"
+    address = ray.get_runtime_context().gcs_address  # this test's cluster, whatever else runs on the machine
     resume.kill_mid_run(server, log_dir, timeout_s=120,
-                        pool="__import__('dspy_pxn.pools.ray').pools.ray.RayWorkerPool(address='auto', max_concurrency=8)")
+                        pool=f"__import__('dspy_pxn.pools.ray').pools.ray.RayWorkerPool(address={address!r}, max_concurrency=8)")
     saved = load_saved_state(str(log_dir))
     assert saved is not None and saved.total_num_evals < resume.SETTINGS["max_metric_calls"]
     with RayWorkerPool(max_concurrency=8) as pool:
