@@ -53,9 +53,7 @@ class BatchedAdapter(DspyAdapter):
         self.checkpoint: RunCheckpoint | None = None
         # The run's first evaluation (the seed on the valset) shows whether the metric works at all.
         self._first_evaluation_checked = False
-        # One rollout function for the whole run, so a remote pool ships it (and the student) once.
-        self.rollouts = CandidateRollouts(self.build_program, self.metric_fn, self.failure_score,
-                                          code_components=bool(self._flex_paths))
+        self.rollouts = self._rollout_function()
 
     # Driver-only state: a remote pool ships the adapter (student, metric, proposers) without it.
     _DRIVER_ONLY = ("pool", "events", "_lock", "_replays", "_traced_batches", "checkpoint", "rollouts")
@@ -66,8 +64,12 @@ class BatchedAdapter(DspyAdapter):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, pool=None, events=StepEvents(), _lock=threading.Lock(), _replays={},
                              _traced_batches=set(), checkpoint=None)
-        self.rollouts = CandidateRollouts(self.build_program, self.metric_fn, self.failure_score,
-                                          code_components=bool(self._flex_paths))
+        self.rollouts = self._rollout_function()
+
+    def _rollout_function(self) -> CandidateRollouts:
+        """One rollout function for the whole run, so a remote pool ships it (and the student) once."""
+        return CandidateRollouts(self.build_program, self.metric_fn, self.failure_score,
+                                 code_components=bool(self._flex_paths))
 
     # -- gepa's adapter-state hook: our strategies' state is pickled with gepa's ----------------
     def get_adapter_state(self) -> dict[str, Any]:
