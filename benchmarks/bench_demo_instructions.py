@@ -5,7 +5,7 @@ whether any plausible instruction helps this task model at all: score the seed a
 brief" instruction (about a fifth of the seed's answers run into max_tokens) on the demo's
 own val + test questions, counting truncated answers (benchmarks/results/demo.md).
 
-    DSPY_PXN_DATA_DIR=../shared/data nice python benchmarks/bench_demo_instructions.py
+    DSPY_PXN_DATA_DIR=/path/to/data nice python benchmarks/bench_demo_instructions.py
 """
 
 from __future__ import annotations
