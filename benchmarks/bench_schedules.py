@@ -19,6 +19,7 @@ benchmarks/results/schedules.json.
     python benchmarks/bench_schedules.py                                  # the issue's regime, 5 seeds
     python benchmarks/bench_schedules.py --scale 0.25 --seeds 3           # quicker, same shape
     python benchmarks/bench_schedules.py --workers 64 --budget 3000 --val 150 --configs ...   # the wide regime
+    python benchmarks/bench_schedules.py --server --parallel 1 --latencies fixed --configs ...  # through litellm + HTTP
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ import json
 import logging
 import statistics
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import dspy
@@ -76,13 +79,25 @@ def optimizer(config: str, args, reflection_lm: dspy.BaseLM, seed: int) -> dspy.
                        else selection, **extra)
 
 
+@contextmanager
+def task_and_reflection_lms(args, landscape: str, latency: str, seed: int) -> Iterator[tuple[dspy.BaseLM, dspy.BaseLM]]:
+    """In-process simulated LMs, or with ``--server`` dspy.LM clients of a latency server of the
+    same landscape and call times: every call then goes through litellm and HTTP on loopback."""
+    if not args.server:
+        yield lm(args, landscape, latency, seed, "task"), lm(args, landscape, latency, seed, "reflection")
+        return
+    task_s = args.task_latency * args.scale
+    with sim.LatencyServer(task_latency=task_s, reflection_latency=args.reflection_ratio * task_s,
+                           landscape=landscape, latency=latency, seed=seed) as server:
+        server.warm_up()  # litellm's one-time start-up is not billed to the run
+        yield server.lm("task"), server.lm("reflection")
+
+
 def run_one(config: str, args, landscape: str, latency: str, seed: int) -> dict:
     train, val, test = sim.make_splits(seed=seed, train=args.train, val=args.val, test=args.test)
-    task_lm = lm(args, landscape, latency, seed, "task")
-    with dspy.context(lm=task_lm):
+    with task_and_reflection_lms(args, landscape, latency, seed) as (task_lm, reflection_lm), dspy.context(lm=task_lm):
         start = time.perf_counter()
-        best = optimizer(config, args, lm(args, landscape, latency, seed, "reflection"), seed).compile(
-            sim.seed_program(), trainset=train, valset=val)
+        best = optimizer(config, args, reflection_lm, seed).compile(sim.seed_program(), trainset=train, valset=val)
         wall = time.perf_counter() - start
     results = best.detailed_results
     # Held-out on an instant LM of the same landscape: the score, not its latency, is measured.
@@ -128,6 +143,9 @@ def main() -> None:
     parser.add_argument("--configs", default=DEFAULT_CONFIGS)
     parser.add_argument("--parallel", type=int, default=2,
                         help="runs at once (they mostly sleep; every configuration of one seed runs together)")
+    parser.add_argument("--server", action="store_true",
+                        help="every LM call through dspy.LM, litellm and HTTP to a latency server on loopback "
+                             "(one per run) instead of in-process waits; use with --parallel 1")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "schedules.json"))
     args = parser.parse_args()
 
