@@ -74,7 +74,9 @@ def test_64_workers_keep_step_log_and_gepa_state_consistent(tmp_path, faulty, sc
     faults = None
     if faulty:  # hangs are covered in test_faults; here the retries' backoff would only slow CI
         faults = Faults(error_500=0.01, rate_limit_429=0.03, malformed=0.01, retry_after_s=0.05, seed=11)
-    with LatencyServer(task_latency=0.3, reflection_latency=0.5, faults=faults) as server:
+    # Calls long enough that a loaded 2-core CI machine can put 64 of them in flight: how many overlap
+    # is about latency / the client's CPU per call (at 0.3 s a busy run peaked at 47).
+    with LatencyServer(task_latency=0.6, reflection_latency=1.0, faults=faults) as server:
         optimizer = BatchedGEPA(
             metric=sim.metric, p=8, n=4, max_metric_calls=budget, num_threads=64, log_dir=log_dir, seed=3,
             schedule=schedule, selection="all" if schedule == "steps" else "merge",
