@@ -11,7 +11,7 @@ BatchedGEPA's ``use_mlflow=True`` and friends build (``dspy_pxn.tracker``).
 import dspy_pxn.tracking  # noqa: F401 - registers the MLflow tracker for BatchedGEPA's shorthands
 from dspy_pxn.pools import ThreadWorkerPool, WorkerPool
 from dspy_pxn.result import BatchedGEPAResult
-from dspy_pxn.steps import StepRecord, read_step_log
+from dspy_pxn.records import StepRecord, read_step_log
 from dspy_pxn.teleprompter import BatchedGEPA
 
 __all__ = ["BatchedGEPA", "BatchedGEPAResult", "StepRecord", "ThreadWorkerPool", "WorkerPool", "read_step_log"]

@@ -8,6 +8,9 @@ datasets, feedback) while replacing *how* rollouts are scheduled:
   validation and short minibatches share W workers instead of a static split;
 - traces are captured only for the parent minibatch evaluations that reflection
   reads, never for children screening or full validation;
+- every batch of rollouts is reported with its phase (``StepEvents.evaluated``): a schedule
+  that calls the adapter says which phase it is in; in gepa's step loop the adapter follows
+  the step (sampling starts screening, selection starts validation) as a step listener;
 - proposal generation is handed to :class:`dspy_pxn.reflection.PooledReflection`
   (``propose_new_texts = None`` tells gepa the adapter does not own it), because
   gepa calls an adapter's ``propose_new_texts`` one task at a time.
@@ -28,7 +31,7 @@ from gepa import EvaluationBatch
 from gepa.core.state import _candidate_hash
 from gepa.strategies.proposal_sampling import ProposalTask
 
-from dspy_pxn.events import StepEvents
+from dspy_pxn.events import Phase, StepEvents, StepListener, override
 from dspy_pxn.pools import WorkerPool
 from dspy_pxn.resume import CHECKPOINT_KEY, RunCheckpoint
 from dspy_pxn.rollout import CandidateRollouts, RolloutResult, metric_fails_everywhere
@@ -36,7 +39,7 @@ from dspy_pxn.rollout import CandidateRollouts, RolloutResult, metric_fails_ever
 logger = logging.getLogger(__name__)
 
 
-class BatchedAdapter(DspyAdapter):
+class BatchedAdapter(DspyAdapter, StepListener):
     """DspyAdapter with pooled rollouts, trace capture only where reflection needs it."""
 
     # gepa asks the adapter to propose only if this is not None; PooledReflection does it concurrently.
@@ -47,6 +50,7 @@ class BatchedAdapter(DspyAdapter):
         self.pool = pool
         self.events = events or StepEvents()
         self._traced_batches: set[tuple[str, tuple[int, ...]]] = set()
+        self._step_phase: Phase = "validation"  # gepa's step loop: the seed's validation comes first
         self._replays: dict[tuple[str, tuple[int, ...]], EvaluationBatch] = {}
         self._lock = threading.Lock()
         # Strategy state saved with gepa's own state file (dspy_pxn.resume); None: nothing to save.
@@ -56,14 +60,14 @@ class BatchedAdapter(DspyAdapter):
         self.rollouts = self._rollout_function()
 
     # Driver-only state: a remote pool ships the adapter (student, metric, proposers) without it.
-    _DRIVER_ONLY = ("pool", "events", "_lock", "_replays", "_traced_batches", "checkpoint", "rollouts")
+    _DRIVER_ONLY = ("pool", "events", "_lock", "_replays", "_traced_batches", "_step_phase", "checkpoint", "rollouts")
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k not in self._DRIVER_ONLY}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, pool=None, events=StepEvents(), _lock=threading.Lock(), _replays={},
-                             _traced_batches=set(), checkpoint=None)
+                             _traced_batches=set(), _step_phase="validation", checkpoint=None)
         self.rollouts = self._rollout_function()
 
     def _rollout_function(self) -> CandidateRollouts:
@@ -93,9 +97,17 @@ class BatchedAdapter(DspyAdapter):
         with self._lock:
             return self._replays.pop(self._batch_key(candidate, batch), None)
 
+    # -- gepa's step loop, followed as a step listener ------------------------------------
+    @override
     def tasks_sampled(self, tasks: Sequence[ProposalTask]) -> None:
-        """A step event: the sampled parents' minibatch evaluations are the ones reflection reads."""
+        """The step's screening starts; the sampled parents' minibatch evaluations are the ones reflection reads."""
+        self._step_phase = "screening"
         self.expect_parent_evaluations(unique_minibatches(tasks))
+
+    @override
+    def children_screened(self, children: int, improved: int) -> None:
+        """The step's selection starts: what gepa evaluates next is validation."""
+        self._step_phase = "validation"
 
     def expect_parent_evaluations(self, batches: Sequence[tuple[dict[str, str], Sequence[Example]]]) -> None:
         """Mark (parent candidate, minibatch) pairs whose next evaluation must capture traces.
@@ -120,21 +132,23 @@ class BatchedAdapter(DspyAdapter):
                 return True
         return False
 
-    def evaluate(self, batch, candidate, capture_traces=False, num_threads=None):
-        return self._evaluate_many([(candidate, batch, capture_traces)])[0]
+    def evaluate(self, batch, candidate, capture_traces=False, num_threads=None, *, phase: Phase | None = None):
+        """gepa's evaluate; ``phase``: which phase the rollouts belong to (default: the step loop's)."""
+        return self._evaluate_many([(candidate, batch, capture_traces)], phase or self._step_phase)[0]
 
-    def batch_evaluate(self, items, *, capture_traces=None):
+    def batch_evaluate(self, items, *, capture_traces=None, phase: Phase | None = None):
         """Evaluate every (candidate, batch) pair as one flat set of pool tasks."""
         jobs = [
             (candidate, batch, self._wants_traces(candidate, batch) if capture_traces is None else capture_traces)
             for candidate, batch in items
         ]
-        return self._evaluate_many(jobs)
+        return self._evaluate_many(jobs, phase or self._step_phase)
 
-    def _evaluate_many(self, jobs: list[tuple[dict[str, str], Sequence[Example], bool]]) -> list[EvaluationBatch]:
+    def _evaluate_many(self, jobs: list[tuple[dict[str, str], Sequence[Example], bool]], phase: Phase
+                       ) -> list[EvaluationBatch]:
         replayed = [self._take_replay(candidate, batch) for candidate, batch, _ in jobs]
         if any(r is not None for r in replayed):
-            fresh = iter(self._evaluate_many([job for job, r in zip(jobs, replayed, strict=True) if r is None]))
+            fresh = iter(self._evaluate_many([job for job, r in zip(jobs, replayed, strict=True) if r is None], phase))
             return [r if r is not None else next(fresh) for r in replayed]
         start = time.perf_counter()
         buildable = [self._builds(candidate) for candidate, _, _ in jobs]
@@ -159,7 +173,7 @@ class BatchedAdapter(DspyAdapter):
                 evaluations.append(self._make_evaluation_batch([None] * len(batch), [None] * len(batch), [] if capture else None))
                 continue
             evaluations.append(self._to_evaluation_batch(batch, [next(remaining) for _ in batch], capture))
-        self.events.evaluated(time.perf_counter() - start, scored, failures)
+        self.events.evaluated(phase, time.perf_counter() - start, scored, failures)
         return evaluations
 
     def _builds(self, candidate: dict[str, str]) -> bool:

@@ -3,21 +3,28 @@
 The budget guard, the step recorder, the run's self-description and the runtime model all
 reason about the same four numbers (workers W, budget B, |val|, minibatch m), so they live
 in one ``RunShape``; and the guard's arithmetic (how wide a step may be, how many children
-it may validate, when to stop) is written once, here, on plain counts of remaining calls,
-so the optimizer's guard and the runtime model's prediction cannot drift apart.
+it may validate, when to stop, what work in flight has been promised) is written once,
+here, so no schedule and no model computes a budget of its own.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from gepa.core.state import GEPAState
+from typing import Protocol
 
 from dspy_pxn.checks import positive_int
 
-# A merge proposal scores the merged program on at most this many val examples
+# gepa's crossover (use_merge=True) scores the crossed program on at most this many val examples
 # (gepa.proposer.merge: num_subsample_ids=5) before its full validation.
-MERGE_SUBSAMPLE_CALLS = 5
+CROSSOVER_SUBSAMPLE_CALLS = 5
+
+
+class SpendsMetricCalls(Protocol):
+    """What the guard reads of gepa's ``GEPAState``: the metric calls spent so far."""
+
+    total_num_evals: int
+
+    def increment_evals(self, count: int) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -41,29 +48,38 @@ class RunShape:
             )
 
 
-@dataclass(frozen=True)
 class BudgetGuard:
-    """Plans each step so the run never spends more than ``max_metric_calls``.
+    """Plans the run's work so it never spends more than ``max_metric_calls``.
 
-    A reflective step with k proposals costs k·m calls to screen the parents, k·m to
-    screen the children (m = minibatch size), and |val| per child sent to full
-    validation. The guard sizes k before sampling, caps how many children are
-    validated after screening, and stops the run once no useful step fits.
+    A proposal costs m calls to screen its parent, m to screen its child (m = minibatch
+    size), and |val| if the child is sent to full validation. In gepa's step loop the
+    guard sizes each step before sampling, caps how many children are validated after
+    screening, and stops the run once no useful step fits. A schedule with work in
+    flight (the asynchronous one) *reserves* calls before it starts work, *spends* them
+    as rollouts finish and *releases* what it did not use; everything the guard says is
+    left excludes what is reserved. The reservations are not locked here: the schedule
+    that makes them holds its own lock around them and around the state they are spent in.
     """
 
-    max_metric_calls: int
-    valset_size: int
-    minibatch_size: int
-    use_merge: bool = False
+    def __init__(self, max_metric_calls: int, valset_size: int, minibatch_size: int, crossover: bool = False):
+        self.max_metric_calls = max_metric_calls
+        self.valset_size = valset_size
+        self.minibatch_size = minibatch_size
+        self.crossover = crossover  # gepa's crossover merge (use_merge=True) may replace a step
+        self.reserved = 0  # calls promised to work in flight, not yet spent
 
     @classmethod
-    def of(cls, shape: RunShape, use_merge: bool = False) -> BudgetGuard:
-        return cls(shape.budget, shape.val_size, shape.minibatch_size, use_merge)
+    def of(cls, shape: RunShape, crossover: bool = False) -> BudgetGuard:
+        return cls(shape.budget, shape.val_size, shape.minibatch_size, crossover)
+
+    def __repr__(self) -> str:
+        return (f"BudgetGuard(max_metric_calls={self.max_metric_calls}, valset_size={self.valset_size}, "
+                f"minibatch_size={self.minibatch_size}, crossover={self.crossover}, reserved={self.reserved})")
 
     # -- on counts of remaining calls (shared with the runtime model) ---------------
     def widest_step(self, remaining: float) -> int:
         """Widest step that still leaves room to validate one child."""
-        return max(0, int((remaining - self.valset_size) // (2 * self.minibatch_size)))
+        return max(0, int((remaining - self.valset_size) // self.proposal_cost()))
 
     def validations_affordable(self, remaining: float) -> int:
         return max(0, int(remaining // self.valset_size))
@@ -71,22 +87,50 @@ class BudgetGuard:
     def can_step(self, remaining: float) -> bool:
         return remaining >= self.smallest_step()
 
+    def proposal_cost(self) -> int:
+        """Calls to screen one proposal: its parent and its child on one minibatch each."""
+        return 2 * self.minibatch_size
+
     def smallest_step(self) -> int:
-        """Calls needed for one proposal that is screened and validated (or one merge)."""
-        reflective = 2 * self.minibatch_size + self.valset_size
-        merge = MERGE_SUBSAMPLE_CALLS + self.valset_size if self.use_merge else 0
-        return max(reflective, merge)
+        """Calls needed for one proposal that is screened and validated (or one crossover)."""
+        reflective = self.proposal_cost() + self.valset_size
+        crossover = CROSSOVER_SUBSAMPLE_CALLS + self.valset_size if self.crossover else 0
+        return max(reflective, crossover)
 
     def smallest_budget(self) -> int:
         """Calls for the seed's validation plus one proposal screened and validated: one useful step."""
-        return self.valset_size + 2 * self.minibatch_size + self.valset_size
+        return self.valset_size + self.proposal_cost() + self.valset_size
 
     # -- on gepa's state ------------------------------------------------------------
-    def remaining(self, state: GEPAState) -> int:
-        return self.max_metric_calls - state.total_num_evals
+    def remaining(self, state: SpendsMetricCalls) -> int:
+        """Calls neither spent nor promised to work in flight."""
+        return self.max_metric_calls - state.total_num_evals - self.reserved
 
-    def max_proposals(self, state: GEPAState) -> int:
+    def max_proposals(self, state: SpendsMetricCalls) -> int:
         return self.widest_step(self.remaining(state))
 
-    def max_validations(self, state: GEPAState) -> int:
+    def max_validations(self, state: SpendsMetricCalls) -> int:
         return self.validations_affordable(self.remaining(state))
+
+    # -- reservations: work in flight ---------------------------------------------------
+    def reserve_proposal(self, state: SpendsMetricCalls) -> bool:
+        """Promise one proposal's screening, if |val| stays free beside it for a validation."""
+        if self.widest_step(self.remaining(state)) < 1:
+            return False
+        self.reserved += self.proposal_cost()
+        return True
+
+    def reserve_validations(self, state: SpendsMetricCalls, wanted: int) -> int:
+        """Promise up to ``wanted`` full validations; returns how many were promised."""
+        granted = min(wanted, self.max_validations(state))
+        self.reserved += granted * self.valset_size
+        return granted
+
+    def spend(self, state: SpendsMetricCalls, calls: int) -> None:
+        """Promised calls were made: they count in gepa's state and are no longer reserved."""
+        state.increment_evals(calls)
+        self.reserved -= calls
+
+    def release(self, calls: int) -> None:
+        """Promised calls that will not be made (a proposal skipped, a validation not needed)."""
+        self.reserved -= calls

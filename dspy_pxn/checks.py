@@ -263,3 +263,20 @@ def saved_state_serializable(log_dir: str | None, track_best_outputs: bool, gepa
             "pip install cloudpickle, or set track_best_outputs=False, or log_dir=None."
         ) from None
     gepa_kwargs["use_cloudpickle"] = True
+
+
+def schedule(schedule: str, *, use_merge: bool, use_wandb: bool, loop_only: Sequence[str] = ()) -> str:
+    """'steps' (gepa's loop, one P×N step at a time) or 'async' (P·N proposals always in flight)."""
+    if schedule not in ("steps", "async"):
+        raise ValueError(f"schedule={schedule!r} is not understood: use 'steps' (gepa's step loop) or 'async' "
+                         "(P·N proposals always in flight, no step barrier).")
+    if schedule == "async" and use_merge:
+        raise ValueError("use_merge=True (gepa's crossover merge) runs inside gepa's step loop: with schedule='async' "
+                         "use selection='merge' (the improving children merged into one candidate) instead.")
+    if schedule == "async" and loop_only:
+        raise ValueError(f"gepa_kwargs {list(loop_only)} are read by gepa's step loop, which schedule='async' does "
+                         "not run: use schedule='steps' with them, or drop them.")
+    if schedule == "async" and use_wandb:
+        raise ValueError("use_wandb=True logs from inside gepa's step loop, which schedule='async' does not run: "
+                         "use use_mlflow=True, or schedule='steps'.")
+    return schedule

@@ -1,9 +1,8 @@
 """A compile, described once: what tracking logs as its parameters and what a resume must match.
 
 Tracking (MLflow params, the comparison's "same setup" check) and resume (refusing to
-continue a run under other settings) both need to say what a run *is*. They used to
-collect it separately from the optimizer's attributes; now the optimizer writes one
-``RunDescription`` per compile and each reads its own view of it.
+continue a run under other settings) both need to say what a run *is*: each compile
+writes one ``RunDescription`` (``dspy_pxn.run``) and each reads its own view of it.
 """
 
 from __future__ import annotations
@@ -67,7 +66,7 @@ class RunDescription:
     schedule: str  # "steps" | "async"
     minibatch_size: int
     seed: int | None
-    use_merge: bool
+    crossover: bool  # gepa's crossover merge (use_merge=True), not the sibling merge (selection="merge")
     candidate_selection: str
     budget: int
     num_workers: int
@@ -95,7 +94,7 @@ class RunDescription:
         values = {
             "p": self.p, "n": self.n, "num_workers": self.num_workers, "budget": self.budget, "seed": self.seed,
             "selection": self.selection, "schedule": self.schedule, "reflection_minibatch_size": self.minibatch_size,
-            "candidate_selection_strategy": self.candidate_selection, "use_merge": self.use_merge,
+            "candidate_selection_strategy": self.candidate_selection, "crossover": self.crossover,
             "task_lm": ",".join(sorted({lm_name(lm) for lm in self.task_lms})),
             "reflection_lm": lm_name(self.reflection_lm) if self.reflection_lm is not None else "custom proposer",
             "program": self.program, "predictors": self.predictors, "code_components": self.code_components,
@@ -111,7 +110,7 @@ class RunDescription:
         would mix two runs' answers into one result."""
         return {
             "p": self.p, "n": self.n, "minibatch_size": self.minibatch_size, "seed": self.seed,
-            "selection": self.selection, "schedule": self.schedule, "use_merge": self.use_merge,
+            "selection": self.selection, "schedule": self.schedule, "crossover": self.crossover,
             "trainset": self.trainset_digest,
             "valset": self.valset_digest, "seed_candidate": self.seed_candidate_digest,
             "task_lm": ", ".join(sorted({lm_identity(lm) for lm in self.task_lms})),

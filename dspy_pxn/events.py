@@ -1,78 +1,114 @@
-"""One seam for what happens inside a step: reporters tell it, listeners hear it.
+"""What happens inside a step, told by the parts that know it to the listeners that need it.
 
 gepa's own callbacks say when an iteration starts and ends and which candidates were
-accepted; they do not say when screening starts, how long the reflections took, or which
-evaluations are the parents' (whose traces reflection reads). Those are known to the
-strategies, the adapter and the reflection strategy, which report them here:
+accepted; they do not say how many children were screened and improved, how long the
+rollouts and reflections took, or which evaluations are the parents' (whose traces
+reflection reads). The parts that know report it to one ``StepEvents``:
 
-    tasks_sampled(tasks)                  DistinctParentsPxN: the step's proposal tasks are drawn
-    children_screened(improved)           BudgetCappedSelection: screening is over, selection begins
-    evaluated(seconds, rollouts, failed, phase)  BatchedAdapter: one batch of rollouts finished
-    reflected(seconds, jobs, failed)      PooledReflection: the step's reflections finished
-    merged(seconds, children)             SiblingMerge: the improving children were merged into one
+    tasks_sampled(tasks)                        the step's proposal tasks are drawn
+    children_screened(children, improved)       children were scored on their minibatches
+    evaluated(phase, seconds, rollouts, failed) one batch of rollouts finished
+    reflected(seconds, jobs, failed)            reflection calls finished
+    sibling_merged(seconds, children)           improving children were merged into one candidate
 
-Listeners implement any of these methods: the step recorder (phase times, counts) and
-the adapter's trace marking (a sampled parent's minibatch must be traced). A schedule
-other than gepa's step loop reports to the same seam.
+A listener subclasses ``StepListener`` and overrides the events it needs, each marked
+``@override``: a misspelt name then fails when the class is defined, not silently never
+hears its event. The step recorder listens to all of them; the adapter follows the step
+loop's phase and marks the sampled parents' minibatches for tracing.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
+import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from gepa.strategies.proposal_sampling import ProposalTask
+from typing_extensions import override
 
-EVENTS = ("tasks_sampled", "children_screened", "evaluated", "reflected", "merged")
+__all__ = ["Phase", "StepEvents", "StepListener", "override"]
+
+# Screening: parents and children on their minibatches. Validation: candidates on the whole valset
+# (the seed's validation included).
+Phase = Literal["screening", "validation"]
 
 
-class StepEvents:
-    """Fan-out of a run's step events to its listeners, in the order they were added.
+class StepListener:
+    """Hears a run's step events; every event is a no-op here."""
 
-    The phase an evaluation belongs to ("screening" or "validation") is a context
-    variable: sampling starts screening and selection starts validation in the thread
-    that runs gepa's loop; an asynchronous schedule sets it in each of its own threads.
+    def tasks_sampled(self, tasks: Sequence[ProposalTask]) -> None:
+        """Proposal tasks (a parent and a minibatch each) were drawn."""
+
+    def children_screened(self, children: int, improved: int) -> None:
+        """``children`` children were scored on their minibatches; ``improved`` beat their parents there."""
+
+    def evaluated(self, phase: Phase, seconds: float, rollouts: int, failures: int) -> None:
+        """A batch of ``rollouts`` metric calls finished (``failures`` of them scored as failures)."""
+
+    def reflected(self, seconds: float, jobs: int, failed: int) -> None:
+        """``jobs`` reflection calls finished; ``failed`` of them proposed nothing."""
+
+    def sibling_merged(self, seconds: float, children: int) -> None:
+        """``children`` improving children were merged into one candidate (``dspy_pxn.merge``)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name, member in vars(cls).items():
+            if getattr(member, "__override__", False) and not any(hasattr(base, name) for base in cls.__mro__[1:]):
+                events = [event for event in vars(StepListener) if not event.startswith("_")]
+                raise TypeError(f"{cls.__name__}.{name} is marked @override, but there is no step event {name!r}: "
+                                f"the events are {events}.")
+
+
+class StepEvents(StepListener):
+    """Tells each listener, in the order they were added, every event; each under ``lock``.
+
+    The lock is re-entrant and public: a schedule whose bookkeeping must land in the same
+    step record as an event (the asynchronous one counts a screening's metric calls where
+    its rollouts are reported) does that bookkeeping under the same lock.
     """
 
-    def __init__(self, listeners: Sequence[Any] = ()):
-        self.phase: contextvars.ContextVar[str] = contextvars.ContextVar("dspy_pxn_phase", default="validation")
-        self.listeners: list[Any] = []
-        self.lock: Any = contextlib.nullcontext()
+    def __init__(self, listeners: Sequence[StepListener] = ()):
+        self.lock = threading.RLock()
+        self.listeners: list[StepListener] = []
         for listener in listeners:
             self.add(listener)
 
-    def add(self, listener: Any) -> None:
-        if not any(callable(getattr(listener, name, None)) for name in EVENTS):
-            raise TypeError(f"{listener!r} implements none of the step events {EVENTS}.")
-        self.listeners.append(listener)
+    def add(self, listener: StepListener, *, before: StepListener | None = None) -> None:
+        """Tell ``listener`` every event from now on: last, or just ``before`` a listener already added."""
+        if not isinstance(listener, StepListener):
+            raise TypeError(f"{listener!r} is not a dspy_pxn.events.StepListener: subclass it and override "
+                            "the events it hears.")
+        with self.lock:
+            position = self.listeners.index(before) if before is not None else len(self.listeners)
+            self.listeners.insert(position, listener)
 
-    def serialize_with(self, lock: Any) -> None:
-        """Hear every event under ``lock``: a schedule that writes records while threads report
-        (the async one) needs an event and its own bookkeeping to land in the same record."""
-        self.lock = lock
-
-    def _emit(self, name: str, *args: Any) -> None:
+    @override
+    def tasks_sampled(self, tasks: Sequence[ProposalTask]) -> None:
         with self.lock:
             for listener in self.listeners:
-                method = getattr(listener, name, None)
-                if method is not None:
-                    method(*args)
+                listener.tasks_sampled(tasks)
 
-    def tasks_sampled(self, tasks: list[ProposalTask]) -> None:
-        self.phase.set("screening")
-        self._emit("tasks_sampled", tasks)
+    @override
+    def children_screened(self, children: int, improved: int) -> None:
+        with self.lock:
+            for listener in self.listeners:
+                listener.children_screened(children, improved)
 
-    def children_screened(self, improved: int) -> None:
-        self.phase.set("validation")
-        self._emit("children_screened", improved)
+    @override
+    def evaluated(self, phase: Phase, seconds: float, rollouts: int, failures: int) -> None:
+        with self.lock:
+            for listener in self.listeners:
+                listener.evaluated(phase, seconds, rollouts, failures)
 
-    def evaluated(self, seconds: float, rollouts: int, failures: int) -> None:
-        self._emit("evaluated", seconds, rollouts, failures, self.phase.get())
-
+    @override
     def reflected(self, seconds: float, jobs: int, failed: int) -> None:
-        self._emit("reflected", seconds, jobs, failed)
+        with self.lock:
+            for listener in self.listeners:
+                listener.reflected(seconds, jobs, failed)
 
-    def merged(self, seconds: float, children: int) -> None:
-        self._emit("merged", seconds, children)
+    @override
+    def sibling_merged(self, seconds: float, children: int) -> None:
+        with self.lock:
+            for listener in self.listeners:
+                listener.sibling_merged(seconds, children)

@@ -2,12 +2,13 @@
 
 Providers limit *requests*, not our workers: a run with W = 64 workers against a
 provider that allows 16 concurrent requests must queue its calls, not collect 429s.
-``LMCallLimiter`` is a DSPy callback: installed for a run with
-``dspy.context(callbacks=[..., limiter])`` (BatchedGEPA does this when given
-``max_concurrent_lm_calls``), it sees every LM call of the run's threads — the task
-LM, per-predictor LMs, the reflection LM — because the worker pool copies the
-caller's context into each task. ``on_lm_start`` blocks until one of K slots is
-free; ``on_lm_end`` (DSPy calls it in a ``finally``) frees it.
+``LMCallCounter`` is a DSPy callback: installed for a run with
+``dspy.context(callbacks=[..., counter])`` (every BatchedGEPA compile installs one), it
+sees every LM call of the run's threads — the task LM, per-predictor LMs, the
+reflection LM — because the worker pool copies the caller's context into each task,
+and counts calls, retries and failures. ``LMCallLimiter`` is a counter that also caps
+(BatchedGEPA installs one when given ``max_concurrent_lm_calls``): ``on_lm_start``
+blocks until one of K slots is free; ``on_lm_end`` (DSPy calls it in a ``finally``) frees it.
 
 What DSPy and litellm already do, and what is added here (dspy 3.4.1, litellm 1.110):
 
@@ -51,10 +52,10 @@ from dspy_pxn.checks import positive_int
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LMCallCounts", "LMCallLimiter", "installed", "limiter_for", "warn_if_no_timeout"]
+__all__ = ["LMCallCounter", "LMCallCounts", "LMCallLimiter", "installed", "limiter_for", "warn_if_no_timeout"]
 
-# The limiters' calls in progress in this thread/context: ((limiter, call_id), ...).
-_CURRENT: contextvars.ContextVar[tuple[tuple[LMCallLimiter, str], ...]] = contextvars.ContextVar(
+# The counters' calls in progress in this thread/context: ((counter, call_id), ...).
+_CURRENT: contextvars.ContextVar[tuple[tuple[LMCallCounter, str], ...]] = contextvars.ContextVar(
     "dspy_pxn_lm_call", default=()
 )
 
@@ -79,19 +80,10 @@ class LMCallCounts:
         )
 
 
-class LMCallLimiter(BaseCallback):
-    """DSPy callback: at most ``max_concurrent`` LM calls at once; counts calls, retries, failures.
+class LMCallCounter(BaseCallback):
+    """DSPy callback: counts the LM calls made in its context, their retries and their failures."""
 
-    ``max_concurrent=None`` only counts. One limiter may be shared by several runs
-    (e.g. a sweep against one provider account): pass the same instance as
-    ``BatchedGEPA(max_concurrent_lm_calls=limiter)``.
-    """
-
-    def __init__(self, max_concurrent: int | None = None):
-        positive_int("max_concurrent_lm_calls", max_concurrent,
-                     "Set it to the concurrent requests your provider allows, e.g. 16.", or_none=True)
-        self.max_concurrent = max_concurrent
-        self._slots = threading.BoundedSemaphore(max_concurrent) if max_concurrent else None
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._open: dict[str, int] = {}  # call_id -> attempts so far
         self._calls = self._attempts = self._retries = self._failures = 0
@@ -101,39 +93,31 @@ class LMCallLimiter(BaseCallback):
     def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
         if not _hook_installed and isinstance(instance, dspy.LM):
             _install_litellm_hook()  # only now: importing litellm costs seconds, and the call needs it anyway
-        if self._slots is not None:
-            self._slots.acquire()
         with self._lock:
             self._open[call_id] = 0
             self._calls += 1
             self._peak = max(self._peak, len(self._open))
         _CURRENT.set((*_CURRENT.get(), (self, call_id)))
 
-    def on_lm_end(self, call_id: str, outputs: Any, exception: BaseException | None = None) -> None:
+    def on_lm_end(self, call_id: str, outputs: Any, exception: BaseException | None = None) -> bool:
+        """Count the call's end; False when its start was never counted here."""
         with self._lock:
             attempts = self._open.pop(call_id, None)
             if attempts is None:
-                return  # start was never recorded for this call: nothing to release
+                return False
             self._attempts += attempts
             self._retries += max(0, attempts - 1)
             self._failures += exception is not None
         _CURRENT.set(tuple(entry for entry in _CURRENT.get() if entry != (self, call_id)))
-        if self._slots is not None:
-            self._slots.release()
+        return True
 
     def _count_attempt(self, call_id: str) -> None:
         with self._lock:
             if call_id in self._open:
                 self._open[call_id] += 1
 
-    @property
-    def slots(self) -> threading.BoundedSemaphore | None:
-        """The cap itself, for pools whose LM calls run where this callback cannot see them (Ray
-        actors): such a pool holds one slot per rollout in flight, shared with every other call."""
-        return self._slots
-
     def absorb(self, counts: LMCallCounts) -> None:
-        """Add calls made where this limiter could not see them (a Ray actor's rollout)."""
+        """Add calls made where this counter could not see them (a Ray actor's rollout)."""
         with self._lock:
             self._calls += counts.calls
             self._attempts += counts.attempts
@@ -150,22 +134,63 @@ class LMCallLimiter(BaseCallback):
             return len(self._open)
 
     def installed(self):
+        """``with counter.installed():`` every LM call in this context (and pool tasks it submits) goes through it."""
+        return installed(self)
+
+
+CAP_HINT = "Set it to the concurrent requests your provider allows, e.g. 16."
+
+
+class LMCallLimiter(LMCallCounter):
+    """At most ``max_concurrent`` LM calls at once (it counts them too, as any ``LMCallCounter``).
+
+    One limiter may be shared by several runs (e.g. a sweep against one provider account):
+    pass the same instance as ``BatchedGEPA(max_concurrent_lm_calls=limiter)``.
+    """
+
+    def __init__(self, max_concurrent: int):
+        super().__init__()
+        self.max_concurrent = positive_int("max_concurrent_lm_calls", max_concurrent, CAP_HINT)
+        self._slots = threading.BoundedSemaphore(max_concurrent)
+
+    def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        self._slots.acquire()  # before counting: waiting for a slot is not a call in progress
+        super().on_lm_start(call_id, instance, inputs)
+
+    def on_lm_end(self, call_id: str, outputs: Any, exception: BaseException | None = None) -> bool:
+        counted = super().on_lm_end(call_id, outputs, exception)
+        if counted:  # a call whose start was never recorded here holds no slot
+            self._slots.release()
+        return counted
+
+    @property
+    def slots(self) -> threading.BoundedSemaphore:
+        """The cap itself, for pools whose LM calls run where this callback cannot see them (Ray
+        actors): such a pool holds one slot per rollout in flight, shared with every other call."""
+        return self._slots
+
+
+def installed(self):
         """``with limiter.installed():`` every LM call in this context (and pool tasks it submits) goes through it."""
         return installed(self)
 
 
-def installed(*limiters: LMCallLimiter | None):
-    """Install limiters as DSPy callbacks for this context; a cap before a counter, so waiting is not counted."""
+def installed(*counters: LMCallCounter | None):
+    """Install counters (and limiters) as DSPy callbacks for this context; a cap before a counter, so
+    waiting for a slot is not counted as a call in progress."""
     callbacks = list(dspy.settings.get("callbacks", None) or [])
-    added = [limiter for limiter in limiters if limiter is not None and limiter not in callbacks]
+    added = [counter for counter in counters if counter is not None and counter not in callbacks]
     return dspy.context(callbacks=[*callbacks, *added])
 
 
 def limiter_for(max_concurrent_lm_calls: int | LMCallLimiter | None) -> LMCallLimiter | None:
     """The cap BatchedGEPA installs: the limiter given (it may be shared), a new one for an int, None for None."""
-    if max_concurrent_lm_calls is None or isinstance(max_concurrent_lm_calls, LMCallLimiter):
+    if isinstance(max_concurrent_lm_calls, LMCallCounter) and not isinstance(max_concurrent_lm_calls, LMCallLimiter):
+        raise TypeError("max_concurrent_lm_calls takes an int or an LMCallLimiter; an LMCallCounter only counts.")
+    if isinstance(max_concurrent_lm_calls, LMCallLimiter):
         return max_concurrent_lm_calls
-    return LMCallLimiter(max_concurrent_lm_calls)
+    positive_int("max_concurrent_lm_calls", max_concurrent_lm_calls, CAP_HINT, or_none=True)
+    return LMCallLimiter(max_concurrent_lm_calls) if max_concurrent_lm_calls is not None else None
 
 
 # ----------------------------------------------------------------------------- litellm attempts
@@ -176,7 +201,7 @@ _hook_installed = False
 def _install_litellm_hook() -> None:
     """Register (once per process) a litellm input callback that counts HTTP attempts.
 
-    It does nothing outside a limiter's LM call, so other litellm users are unaffected.
+    It does nothing outside a counter's LM call, so other litellm users are unaffected.
     """
     global _hook_installed
     with _hook_lock:
@@ -190,8 +215,8 @@ def _install_litellm_hook() -> None:
 
         class _AttemptCounter(CustomLogger):
             def log_pre_api_call(self, model, messages, kwargs):
-                for limiter, call_id in _CURRENT.get():
-                    limiter._count_attempt(call_id)
+                for counter, call_id in _CURRENT.get():
+                    counter._count_attempt(call_id)
 
         litellm.input_callback = [*litellm.input_callback, _AttemptCounter()]
         _hook_installed = True

@@ -15,6 +15,9 @@ hands the merged candidate back *in* one of the improving proposals: it rewrites
 proposal's candidate and parents (tag ``"sibling_merge"``) before gepa validates it. The
 merge costs reflection LM calls only; its validation is |val| metric calls like any child,
 inside the budget guard.
+
+(gepa's own ``use_merge=True`` is a different thing, called the *crossover* everywhere in
+this package: two candidates' components recombined, in a step of its own.)
 """
 
 from __future__ import annotations
@@ -22,8 +25,7 @@ from __future__ import annotations
 import difflib
 import logging
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import dspy
 from gepa.core.state import GEPAState
@@ -32,11 +34,12 @@ from gepa.strategies.acceptance import AcceptanceCriterion
 
 from dspy_pxn.events import StepEvents
 from dspy_pxn.pools import WorkerPool
+from dspy_pxn.reflection import FEEDBACK_KEY
+from dspy_pxn.strategies import improvement
 
 logger = logging.getLogger(__name__)
 
 MERGE_TAG = "sibling_merge"
-FEEDBACK_KEY = "feedback"  # ReflectionProposal.metadata[FEEDBACK_KEY][component]: the feedback the rewrite read
 MAX_FEEDBACK_CHARS = 4000  # per rewrite: the merge prompt must stay a prompt, however long the feedback was
 
 
@@ -87,25 +90,61 @@ def _scores(proposal: CandidateProposal) -> str:
     return f"{before:g}/{size} -> {after:g}/{size}"
 
 
-def improvement(proposal: CandidateProposal) -> float:
-    return sum(proposal.subsample_scores_after or []) - sum(proposal.subsample_scores_before or [])
+def _feedback(proposal: CandidateProposal, component: str) -> str:
+    return str((proposal.metadata or {}).get(FEEDBACK_KEY, {}).get(component, ""))
 
 
-class SiblingMerger:
-    """Writes the merged candidate of a step's improving children with the reflection LM.
+class SiblingMerge:
+    """A gepa selection strategy: validate the merge of a step's improving children (and, with
+    ``keep_best``, the best child itself, so a merge that lost something cannot cost the step).
 
-    The base is the best candidate in the pool; a component that children changed is merged
-    into it by one ``MergeImprovements`` call (the components' calls run at once on the pool);
-    one that a single child changed from the base's own text takes that child's text. A
-    component whose merge call fails takes the best child's text.
+    The merge is written into the pool's best candidate, so even a lone improving child is
+    merged when it was rewritten from another candidate (its lesson joins what the best
+    knows); a lone child of the best itself is validated as it is. A component that children
+    changed is merged by one ``MergeImprovements`` call with the reflection LM (the
+    components' calls run at once on the pool); one that a single child changed from the
+    best's own text takes that child's text; program source (``dspy.Flex``) is not merged as
+    prose, the best rewrite stands. A component whose merge call fails takes the best child's text.
     """
 
-    def __init__(self, reflection_lm: dspy.BaseLM | None, pool: WorkerPool, code_components: Sequence[str] = ()):
+    def __init__(
+        self,
+        reflection_lm: dspy.BaseLM | None,
+        pool: WorkerPool,
+        code_components: Sequence[str] = (),
+        keep_best: bool = False,
+        events: StepEvents | None = None,
+    ):
         self.reflection_lm = reflection_lm
         self.pool = pool
         self.code_components = set(code_components)
-        self.calls = 0
-        self.failures = 0
+        self.keep_best = keep_best
+        self.events = events or StepEvents()
+
+    def select(
+        self, proposals: list[CandidateProposal], state: GEPAState, acceptance_criterion: AcceptanceCriterion
+    ) -> list[CandidateProposal]:
+        improving = sorted(
+            (p for p in proposals if acceptance_criterion.should_accept(p, state)), key=improvement, reverse=True
+        )
+        if not improving:
+            return []
+        start = time.perf_counter()
+        parents = [state.program_candidates[p.parent_program_ids[0]] for p in improving]
+        scores = state.program_full_scores_val_set
+        best = max(range(len(scores)), key=lambda i: (scores[i], -i))
+        merged = self.merge(improving, parents, state.program_candidates[best])
+        if merged == improving[0].candidate:
+            return improving[:1]  # one child rewritten from the best itself: it is the merge
+        self.events.sibling_merged(time.perf_counter() - start, len(improving))
+        keep_best = self.keep_best and len(improving) >= 2  # a lone child from an older parent: its merge alone
+        carrier = improving[1] if keep_best else improving[0]
+        sources = [p.metadata.get("proposal_id") for p in improving]
+        carrier.candidate = merged
+        carrier.parent_program_ids = list(dict.fromkeys([best, *(i for p in improving for i in p.parent_program_ids)]))
+        carrier.tag = MERGE_TAG
+        carrier.metadata = {**(carrier.metadata or {}), "merged_from": sources}
+        return [improving[0], carrier] if keep_best else [carrier]
 
     def merge(
         self, improving: Sequence[CandidateProposal], parents: Sequence[dict[str, str]], base: dict[str, str]
@@ -146,7 +185,6 @@ class SiblingMerger:
     def _merge_one(self, job: tuple[str, str, list[tuple[str, str, str]]]) -> str | None:
         component, current, rewrites = job
         lm = self.reflection_lm or dspy.settings.lm
-        self.calls += 1
         try:
             with dspy.context(lm=lm):
                 out = dspy.Predict(MergeImprovements)(
@@ -155,68 +193,6 @@ class SiblingMerger:
             text = (out.merged_instruction or "").strip()
             return text or None
         except Exception as error:  # noqa: BLE001 - a failed merge leaves the best child's text
-            self.failures += 1
             logger.warning("Merging %d rewrites of %s failed; keeping the best one: %s: %s",
                            len(rewrites), component, type(error).__name__, error)
             return None
-
-
-def _feedback(proposal: CandidateProposal, component: str) -> str:
-    return str((proposal.metadata or {}).get(FEEDBACK_KEY, {}).get(component, ""))
-
-
-class SiblingMerge:
-    """A gepa selection strategy: validate the merge of a step's improving children (and, with
-    ``keep_best``, the best child itself, so a merge that lost something cannot cost the step).
-
-    The merge is written into the pool's best candidate, so even a lone improving child is
-    merged when it was rewritten from another candidate (its lesson joins what the best
-    knows); a lone child of the best itself is validated as it is.
-    """
-
-    def __init__(
-        self,
-        merger: SiblingMerger,
-        keep_best: bool = False,
-        events: StepEvents | None = None,
-        candidate_of: Callable[[GEPAState, int], dict[str, str]] | None = None,
-    ):
-        self.merger = merger
-        self.keep_best = keep_best
-        self.events = events or StepEvents()
-        self._candidate_of = candidate_of or (lambda state, idx: state.program_candidates[idx])
-
-    def select(
-        self, proposals: list[CandidateProposal], state: GEPAState, acceptance_criterion: AcceptanceCriterion
-    ) -> list[CandidateProposal]:
-        improving = sorted(
-            (p for p in proposals if acceptance_criterion.should_accept(p, state)), key=improvement, reverse=True
-        )
-        if not improving:
-            return []
-        start = time.perf_counter()
-        parents = [self._candidate_of(state, p.parent_program_ids[0]) for p in improving]
-        scores = state.program_full_scores_val_set
-        best = max(range(len(scores)), key=lambda i: (scores[i], -i))
-        merged = self.merger.merge(improving, parents, self._candidate_of(state, best))
-        if merged == improving[0].candidate:
-            return improving[:1]  # one child rewritten from the best itself: it is the merge
-        self.events.merged(time.perf_counter() - start, len(improving))
-        keep_best = self.keep_best and len(improving) >= 2  # a lone child from an older parent: its merge alone
-        carrier = improving[1] if keep_best else improving[0]
-        sources = [p.metadata.get("proposal_id") for p in improving]
-        carrier.candidate = merged
-        carrier.parent_program_ids = list(dict.fromkeys([best, *(i for p in improving for i in p.parent_program_ids)]))
-        carrier.tag = MERGE_TAG
-        carrier.metadata = {**(carrier.metadata or {}), "merged_from": sources}
-        return [improving[0], carrier] if keep_best else [carrier]
-
-
-def feedback_text(reflective_dataset: Any, component: str) -> str:
-    """The feedback lines a rewrite of ``component`` was made from (its reflective dataset's 'Feedback')."""
-    lines = []
-    for item in (reflective_dataset or {}).get(component, []) or []:
-        feedback = item.get("Feedback") if hasattr(item, "get") else None
-        if feedback:
-            lines.append(f"- {feedback}")
-    return "\n".join(lines)

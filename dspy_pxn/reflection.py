@@ -10,7 +10,6 @@ the prompts and parsing are exactly dspy.GEPA's.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -21,10 +20,23 @@ from dspy.teleprompt.gepa.gepa_utils import DspyAdapter
 from gepa.proposer.reflective_mutation.reflection_lm import ReflectionJob, ReflectionProposal
 
 from dspy_pxn.events import StepEvents
-from dspy_pxn.merge import FEEDBACK_KEY, feedback_text
 from dspy_pxn.pools import WorkerPool
 
 logger = logging.getLogger(__name__)
+
+# ReflectionProposal.metadata[FEEDBACK_KEY][component]: the feedback a rewrite was made from. gepa copies
+# a reflection's metadata into its proposal, so a sibling merge (dspy_pxn.merge) can show it.
+FEEDBACK_KEY = "feedback"
+
+
+def feedback_text(reflective_dataset: Any, component: str) -> str:
+    """The feedback lines a rewrite of ``component`` was made from (its reflective dataset's 'Feedback')."""
+    lines = []
+    for item in (reflective_dataset or {}).get(component, []) or []:
+        feedback = item.get("Feedback") if hasattr(item, "get") else None
+        if feedback:
+            lines.append(f"- {feedback}")
+    return "\n".join(lines)
 
 
 def mutation_rollout_ids(jobs: Sequence[ReflectionJob]) -> list[int | None]:
@@ -62,8 +74,6 @@ class ReflectionCall:
                 new_texts = DspyAdapter.propose_new_texts(self.adapter, candidate, reflective_dataset, components)
         except Exception as error:  # noqa: BLE001 - one failed reflection drops one proposal
             return ReflectionProposal(new_texts={}, metadata={"reflection_error": f"{type(error).__name__}: {error}"})
-        # The feedback each rewrite was made from travels with the proposal (gepa copies a
-        # reflection's metadata into it), so a sibling merge can show it (dspy_pxn.merge).
         feedback = {component: feedback_text(reflective_dataset, component) for component in new_texts}
         return ReflectionProposal(new_texts=new_texts, metadata={FEEDBACK_KEY: feedback})
 
@@ -72,7 +82,8 @@ class PooledReflection:
     """gepa ``ReflectionLM`` that proposes every job of a step concurrently.
 
     A job whose reflection raises (rate limit, malformed output) yields an empty
-    proposal: gepa then drops that proposal only, and the failure is counted.
+    proposal: gepa then drops that proposal only, and the failure is logged and reported
+    (``StepEvents.reflected``).
 
     With dspy's built-in proposers, reflection calls run where the pool runs rollouts (on a
     Ray pool, the actors: a reflection's LM call costs the driver as much CPU as a dozen
@@ -91,8 +102,6 @@ class PooledReflection:
         self.reflection_lm = reflection_lm
         self.pool = pool
         self.events = events or StepEvents()
-        self._lock = threading.Lock()
-        self.failures = 0
         self._warned_zero_temperature = False
         self._call = ReflectionCall(adapter)
         builtin = adapter._builtin_instruction_proposer and adapter.custom_code_proposer is None
@@ -111,9 +120,8 @@ class PooledReflection:
         rollout_ids = mutation_rollout_ids(jobs)
         self._note_deterministic_repeats(rollout_ids)
         items = [(job, self._lm(rollout_id)) for job, rollout_id in zip(jobs, rollout_ids, strict=True)]
-        proposals = self._counted((self.pool.map if self.remote else self.pool.map_local)(self._call, items))
-        failed = sum(1 for p in proposals if not p.new_texts)
-        self.events.reflected(time.perf_counter() - start, len(jobs), failed)
+        proposals = (self.pool.map if self.remote else self.pool.map_local)(self._call, items)
+        self._report(start, proposals)
         return [(proposal, self) for proposal in proposals]
 
     def propose(self, job: ReflectionJob) -> ReflectionProposal:
@@ -121,22 +129,21 @@ class PooledReflection:
         threads; on a local pool it runs right there, so reflections never hold a rollout worker."""
         start = time.perf_counter()
         item = (job, self._lm(None))
-        (proposal,) = self._counted(self.pool.map(self._call, [item]) if self.remote else [self._call(item)])
-        self.events.reflected(time.perf_counter() - start, 1, int(not proposal.new_texts))
+        (proposal,) = self.pool.map(self._call, [item]) if self.remote else [self._call(item)]
+        self._report(start, [proposal])
         return proposal
 
     def _lm(self, rollout_id: int | None) -> dspy.BaseLM | None:
         lm = self.reflection_lm or dspy.settings.lm
         return lm.copy(rollout_id=rollout_id) if rollout_id is not None and lm is not None else lm
 
-    def _counted(self, proposals: list[ReflectionProposal]) -> list[ReflectionProposal]:
+    def _report(self, start: float, proposals: list[ReflectionProposal]) -> None:
         for proposal in proposals:
             error = proposal.metadata.get("reflection_error") if proposal.metadata else None
             if error is not None:
                 logger.warning("Reflection failed; dropping this proposal: %s", error)
-                with self._lock:
-                    self.failures += 1
-        return proposals
+        failed = sum(1 for p in proposals if not p.new_texts)
+        self.events.reflected(time.perf_counter() - start, len(proposals), failed)
 
     def _note_deterministic_repeats(self, rollout_ids: list[int | None]) -> None:
         lm = self.reflection_lm or dspy.settings.lm

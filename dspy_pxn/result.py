@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from dspy.teleprompt.gepa.gepa import DspyGEPAResult
 
 from dspy_pxn.limits import LMCallCounts
-from dspy_pxn.steps import StepRecord
+from dspy_pxn.records import StepRecord
 from dspy_pxn.usage import UsageTotals
 
 

@@ -80,9 +80,12 @@ def parse(text: str) -> Selection:
     return spec(int(text) if text.strip().isdigit() else text.strip())
 
 
-def kept(selection: Selection, improvers: int) -> int:
-    """How many of ``improvers`` improving children the selection validates."""
-    chosen = spec(selection)
+def kept(selection: Selection | SelectionStrategy, improvers: int) -> int:
+    """How many of ``improvers`` improving children the selection may validate (a custom strategy: all)."""
+    try:
+        chosen = spec(selection)
+    except ValueError:
+        return improvers
     if chosen == "all":
         return improvers
     if chosen in ("best", "merge"):

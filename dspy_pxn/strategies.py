@@ -40,7 +40,6 @@ CANDIDATE_SELECTORS: dict[str, Callable[[random.Random], CandidateSelector]] = {
 }
 
 
-
 def component_selector(selector: Any) -> Any:
     """gepa's component selector for ``component_selector`` ('round_robin', 'all', or an instance), as
     gepa.optimize builds it: the asynchronous schedule drives the selector itself."""
@@ -179,8 +178,10 @@ class DistinctParentsPxN:
 class BudgetCappedSelection:
     """Wraps a selection strategy so full validation never exceeds the budget.
 
-    When the remaining budget validates fewer children than were selected, the ones
-    with the largest minibatch improvement go first (ties keep proposal order).
+    When the budget validates fewer children than were selected, the ones with the largest
+    minibatch improvement go first (ties keep proposal order). gepa's step loop calls
+    ``select``, which also reports the step's screening; a schedule that has reported its
+    screenings and reserved the validations it may pay for calls ``select_within``.
     """
 
     def __init__(self, inner: SelectionStrategy, guard: BudgetGuard, events: StepEvents | None = None):
@@ -196,15 +197,28 @@ class BudgetCappedSelection:
     ) -> list[CandidateProposal]:
         # gepa memoizes the criterion per batch, so counting improvers here is free; the
         # runtime model needs this per-proposal pass rate, which "best"/top-k selection hides.
-        self.events.children_screened(sum(acceptance_criterion.should_accept(p, state) for p in proposals))
+        improved = sum(acceptance_criterion.should_accept(p, state) for p in proposals)
+        self.events.children_screened(len(proposals), improved)
+        return self.select_within(proposals, state, acceptance_criterion, self.guard.max_validations(state))
+
+    def select_within(
+        self,
+        proposals: list[CandidateProposal],
+        state: GEPAState,
+        acceptance_criterion: AcceptanceCriterion,
+        validations: int,
+    ) -> list[CandidateProposal]:
+        """The inner strategy's choice, cut to at most ``validations`` candidates, best improvement first."""
+        if validations < 1:
+            return []
         selected = self.inner.select(proposals, state, acceptance_criterion)
-        room = self.guard.max_validations(state)
-        if len(selected) <= room:
+        if len(selected) <= validations:
             return selected
-        ranked = sorted(selected, key=improvement, reverse=True)[:room]
+        ranked = sorted(selected, key=improvement, reverse=True)[:validations]
         keep = {id(p) for p in ranked}
         return [p for p in selected if id(p) in keep]
 
 
 def improvement(proposal: CandidateProposal) -> float:
+    """How much a child beat its parent on their shared minibatch (sum of scores)."""
     return sum(proposal.subsample_scores_after or []) - sum(proposal.subsample_scores_before or [])

@@ -4,7 +4,10 @@ DSPy keeps tooling outside its optimizers, and so does dspy-pxn: ``BatchedGEPA``
 handed a ``Tracker`` (``dspy_pxn.tracking.MlflowTracker`` is one) and never imports the
 tracking package. A tracker is started once per compile with the run's description; the
 run it returns hears gepa's callbacks and every ``StepRecord``, and is finished or
-failed at the end. Nothing a tracker does may stop the search.
+failed at the end. Nothing a tracker does may stop the search: a tracker that cannot
+start leaves the run untracked, and a tracked run whose call raises is a warning
+(``start_tracked_run``, ``quietly``). Only contradictory tracking arguments fail, and
+they fail before the search (``TrackingArgumentError``).
 
 Two ways to get a tracker without naming one: a ``with dspy_pxn.tracking.sweep(...)``
 block makes its tracker the *ambient* one for the runs compiled inside it; and
@@ -16,14 +19,22 @@ into a tracker by the factory the tracking package registers on import
 from __future__ import annotations
 
 import contextvars
+import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from dspy_pxn.description import RunDescription
-from dspy_pxn.steps import StepRecord
+from dspy_pxn.records import StepRecord
 from dspy_pxn.usage import UsageMeter
+
+logger = logging.getLogger(__name__)
+
+
+class TrackingArgumentError(ValueError):
+    """Tracking arguments that contradict each other or their surroundings (e.g. a run's tracking_uri
+    inside a sweep that logs elsewhere): the one tracking failure that stops a compile, before its search."""
 
 
 @runtime_checkable
@@ -96,3 +107,55 @@ def from_arguments(arguments: TrackingArguments) -> Tracker | None:
             raise ImportError("MLflow tracking needs dspy_pxn.tracking: import dspy_pxn (not only its submodules).")
         return None
     return _FROM_ARGUMENTS[-1](arguments)
+
+
+def tracker_for(
+    given: Tracker | None, use_mlflow: bool, mlflow: bool | None, tracking_uri: str | None,
+    experiment: str | None, run_name: str | None, run_tags: dict[str, str] | None,
+) -> tuple[Tracker | None, bool | None]:
+    """The tracker BatchedGEPA's arguments ask for, and its ``mlflow`` setting (False: not even a sweep's)."""
+    if use_mlflow and mlflow is False:
+        raise ValueError("use_mlflow=True contradicts mlflow=False: pass one of them.")
+    mlflow = True if use_mlflow else mlflow
+    arguments = TrackingArguments(mlflow, tracking_uri, experiment, run_name, run_tags)
+    if given is not None:
+        if not isinstance(given, Tracker):
+            raise TypeError(f"tracker={given!r} has no start(description, log_dir=..., usage=...): pass a "
+                            "dspy_pxn.tracker.Tracker such as dspy_pxn.tracking.MlflowTracker().")
+        if arguments.given:
+            raise ValueError("tracker= and the MLflow shorthands (use_mlflow, mlflow, tracking_uri, experiment, "
+                             "run_name, run_tags) are two trackers: pass one of them.")
+        return given, True
+    return from_arguments(arguments), mlflow
+
+
+def run_tracker(chosen: Tracker | None, mlflow: bool | None) -> Tracker | None:
+    """The tracker that follows this compile: the one chosen, else the enclosing sweep's unless ``mlflow=False``."""
+    return chosen or (ambient() if mlflow is not False else None)
+
+
+def start_tracked_run(tracker: Tracker | None, description: RunDescription, *, log_dir: str | None,
+                      usage: UsageMeter) -> TrackedRun | None:
+    """The tracker's run for this compile; None (and one warning) when the tracker fails to start one."""
+    if tracker is None:
+        return None
+    try:
+        run = tracker.start(description, log_dir=log_dir, usage=usage)
+    except TrackingArgumentError:
+        raise
+    except Exception as error:  # noqa: BLE001 - tracking never stops a search
+        logger.warning("Tracking could not start (%s: %s); the search runs untracked.", type(error).__name__, error)
+        return None
+    if not isinstance(run, TrackedRun) or not isinstance(run.log_dir, (str, type(None))):
+        logger.warning("Tracker %r returned %r, not a TrackedRun; the search runs untracked.", tracker, run)
+        return None
+    return run
+
+
+def quietly(what: str, call: Callable[[], None]) -> None:
+    """Call a tracked run's ``what`` (finish, fail); its failure is a warning, never the compile's."""
+    try:
+        call()
+    except Exception as error:  # noqa: BLE001 - tracking never stops a search, nor its result
+        logger.warning("Tracking failed to %s the run (%s: %s); the result is unaffected.", what,
+                       type(error).__name__, error)

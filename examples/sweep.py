@@ -17,7 +17,7 @@ from dspy_pxn.programs.gsm8k import GSM8KSolver, load_gsm8k, metric
 
 from dspy_pxn import BatchedGEPA
 from dspy_pxn.local import build_lm
-from dspy_pxn.runtime_model import parse_shapes
+from dspy_pxn.planning import parse_shapes
 from dspy_pxn.tracking import sweep
 from dspy_pxn.tracking.compare import compare_experiment
 

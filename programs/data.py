@@ -27,7 +27,7 @@ from typing import Any
 
 import dspy
 
-from dspy_pxn.split import Split
+from dspy_pxn.programs.split import Split
 
 __all__ = [
     "DATA_DIR_ENV",

@@ -1,16 +1,19 @@
 """The house rules of the package, checked on its source: the core imports no tooling, and no import circles.
 
 The core is the top level of ``dspy_pxn`` (the optimizer, its strategies, adapter,
-reflection, events, records, checks) and ``dspy_pxn.pools``; tooling lives in subpackages
-it must not import, so the optimizer can be read, and used, without them. Imports inside
-functions count: a lazy import is still a dependency.
+reflection, events, records, checks), ``dspy_pxn.schedules`` and ``dspy_pxn.pools``;
+tooling lives in subpackages it must not import, so the optimizer can be read, and used,
+without them. Imports inside functions count: a lazy import is still a dependency. An
+import under ``if TYPE_CHECKING:`` does not: it never runs, it only names a type.
 """
 
 import ast
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-TOOLING = ("dspy_pxn.tracking", "dspy_pxn.cli", "dspy_pxn.local", "dspy_pxn.testing", "dspy_pxn.programs")
+TOOLING = ("dspy_pxn.tracking", "dspy_pxn.cli", "dspy_pxn.local", "dspy_pxn.testing", "dspy_pxn.programs",
+           "dspy_pxn.planning")
+CORE_PACKAGES = ("dspy_pxn.schedules", "dspy_pxn.pools")
 
 
 def modules() -> dict[str, pathlib.Path]:
@@ -21,10 +24,24 @@ def modules() -> dict[str, pathlib.Path]:
     return found
 
 
+def type_checking_blocks(tree: ast.AST) -> set[ast.AST]:
+    """The nodes inside ``if TYPE_CHECKING:`` blocks."""
+    inside = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            inside |= {child for statement in node.body for child in ast.walk(statement)}
+    return inside
+
+
 def imported(path: pathlib.Path, known: dict[str, pathlib.Path]) -> set[str]:
-    """The dspy_pxn modules a file imports, anywhere in it (``from a import b`` is a.b when that is a module)."""
+    """The dspy_pxn modules a file imports at run time, anywhere in it (``from a import b`` is a.b when that
+    is a module)."""
     out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    types_only = type_checking_blocks(tree)
+    for node in ast.walk(tree):
+        if node in types_only:
+            continue
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dspy_pxn"):
             out |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else node.module for a in node.names}
         elif isinstance(node, ast.Import):
@@ -35,8 +52,8 @@ def imported(path: pathlib.Path, known: dict[str, pathlib.Path]) -> set[str]:
 def test_the_core_imports_no_tooling():
     known = modules()
     core = {name: path for name, path in known.items()
-            if (name.count(".") == 1 and path.name != "__init__.py") or name.startswith("dspy_pxn.pools")}
-    assert "dspy_pxn.teleprompter" in core and "dspy_pxn.strategies" in core
+            if (name.count(".") == 1 and path.name != "__init__.py") or name.startswith(CORE_PACKAGES)}
+    assert {"dspy_pxn.teleprompter", "dspy_pxn.run", "dspy_pxn.schedules.asynchronous"} <= set(core)
     offending = {name: sorted(t for t in imported(path, known) if t.startswith(TOOLING)) for name, path in core.items()}
     assert not {name: t for name, t in offending.items() if t}
 

@@ -30,7 +30,7 @@ def test_a_merge_carries_the_lessons_of_every_improving_child(task_lm, splits):
     reflection_lm = sim.SimulatedLM(reflection_error_rate=0.0)
     results = one_step(splits, "merge", reflection_lm).detailed_results
     (step,) = results.steps
-    assert step.improved >= 2 and step.merged == step.improved and step.accepted == 1
+    assert step.improved >= 2 and step.sibling_merged == step.improved and step.accepted == 1
     merged = results.candidates[-1].predict.signature.instructions
     assert len(rules_in(merged)) >= 2  # one reflection learns one rule; the merge holds several
     assert results.val_aggregate_scores[-1] > results.val_aggregate_scores[0]
@@ -58,7 +58,7 @@ def test_a_lone_child_of_the_best_is_validated_without_a_merge_call(splits):
                               reflection_lm=reflection_lm).compile(sim.seed_program(), trainset=train,
                                                                    valset=val).detailed_results
     (step,) = results.steps
-    assert step.merged == 0 and step.accepted == step.improved == 1
+    assert step.sibling_merged == 0 and step.accepted == step.improved == 1
     assert not [h for h in reflection_lm.history if "merged_instruction" in str(h["messages"])]
 
 
@@ -66,7 +66,7 @@ def test_a_lone_child_of_an_older_candidate_is_merged_into_the_best(splits):
     from gepa.proposer.base import CandidateProposal
     from gepa.strategies.acceptance import StrictImprovementAcceptance
 
-    from dspy_pxn.merge import SiblingMerge, SiblingMerger
+    from dspy_pxn.merge import SiblingMerge
     from dspy_pxn.pools import ThreadWorkerPool
 
     head = sim.seed_instruction()
@@ -77,7 +77,7 @@ def test_a_lone_child_of_an_older_candidate_is_merged_into_the_best(splits):
     proposal = CandidateProposal(candidate={"predict": child}, parent_program_ids=[0],
                                  subsample_scores_before=[0, 0, 0], subsample_scores_after=[1, 0, 0])
     with ThreadWorkerPool(2) as pool:
-        merge = SiblingMerge(SiblingMerger(sim.SimulatedLM(), pool))
+        merge = SiblingMerge(sim.SimulatedLM(), pool)
         (selected,) = merge.select([proposal], state, StrictImprovementAcceptance())
     assert rules_in(selected.candidate["predict"]) == {"zorp", "blick"}
     assert selected.parent_program_ids == [1, 0]

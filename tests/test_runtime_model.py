@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
 from dspy_pxn.cli import main as cli
-from dspy_pxn.runtime_model import RunShape, RuntimeModel, floor_seconds, parse_shapes
-from dspy_pxn.steps import STEP_LOG_NAME, StepRecord
+from dspy_pxn.planning import RunShape, RuntimeModel, floor_seconds, parse_shapes
+from dspy_pxn.records import STEP_LOG_NAME, StepRecord
 from dspy_pxn.tracking.plots import plot_model_vs_measured
 from tests.conftest import seed_program
 

@@ -1,7 +1,6 @@
-"""The strategies, pool and reflection fan-out, one behaviour at a time."""
+"""gepa strategies and the budget guard, one behaviour at a time (the pool and reflection have their own files)."""
 
 import random
-import time
 from types import SimpleNamespace
 
 import dspy
@@ -14,7 +13,7 @@ from gepa.strategies.proposal_selection import AllImprovements
 from dspy_pxn import testing as sim
 from dspy_pxn.adapter import BatchedAdapter
 from dspy_pxn.pools import ThreadWorkerPool
-from dspy_pxn.reflection import PooledReflection, mutation_rollout_ids
+from dspy_pxn.events import StepEvents, StepListener, override
 from dspy_pxn.strategies import BudgetCappedSelection, BudgetGuard, DistinctParentsPxN, SequentialMinibatchSampler
 from tests.conftest import seed_program
 
@@ -106,7 +105,7 @@ def test_budget_guard_sizes_steps():
     assert guard.max_proposals(state) == 5  # 5·(3+3) + 20 = 50
     assert guard.max_validations(state) == 2
     assert guard.smallest_step() == 26
-    assert BudgetGuard(100, 20, 1, use_merge=True).smallest_step() == 25  # merge: 5 + 20
+    assert BudgetGuard(100, 20, 1, crossover=True).smallest_step() == 25  # a crossover: 5 + 20
 
 
 def proposal(before, after):
@@ -122,53 +121,56 @@ def test_selection_validates_only_what_the_budget_pays_for_best_first():
     selected = BudgetCappedSelection(AllImprovements(), guard).select(proposals, SimpleNamespace(total_num_evals=55), accept)
     assert selected == [proposals[1], proposals[2]]  # room for 2 validations; order kept
     assert BudgetCappedSelection(AllImprovements(), guard).select(proposals, SimpleNamespace(total_num_evals=0), accept) == proposals
+    # Within what a schedule reserved: the best improvement first, and nothing (no inner call) without room.
+    capped = BudgetCappedSelection(AllImprovements(), guard)
+    assert capped.select_within(proposals, SimpleNamespace(total_num_evals=0), accept, 1) == [proposals[1]]
+    assert capped.select_within(proposals, SimpleNamespace(total_num_evals=0), accept, 0) == []
 
 
-def test_repeated_parents_get_distinct_rollout_ids():
-    a, b = {"x": "a"}, {"x": "b"}
-    jobs = [(a, {}, ["x"]), (a, {}, ["x"]), (b, {}, ["x"]), (dict(a), {}, ["x"])]
-    assert mutation_rollout_ids(jobs) == [None, 1, None, 2]
+class Heard(StepListener):
+    def __init__(self):
+        self.screened: list[tuple[int, int]] = []
+
+    @override
+    def children_screened(self, children, improved):
+        self.screened.append((children, improved))
 
 
-def test_pool_keeps_order_runs_concurrently_and_runs_nested_maps_inline():
-    with ThreadWorkerPool(4) as pool:
-        start = time.perf_counter()
-        assert pool.map(lambda x: (time.sleep(0.2), x * x)[1], range(8)) == [x * x for x in range(8)]
-        assert time.perf_counter() - start < 0.2 * 8 / 2
-        assert pool.peak_in_flight == 4
-        assert pool.map(lambda x: pool.map(lambda y: y + x, [1, 2]), [10, 20]) == [[11, 12], [21, 22]]
+def test_the_step_loops_selection_reports_children_screened_and_improved():
+    proposals = [proposal([0, 0, 0], [1, 0, 0]), proposal([1, 1, 1], [0, 0, 0]), proposal([0, 0, 0], [1, 1, 0])]
+    heard = Heard()
+    guard = BudgetGuard(max_metric_calls=100, valset_size=20, minibatch_size=3)
+    improves = SimpleNamespace(should_accept=lambda p, s: sum(p.subsample_scores_after) > sum(p.subsample_scores_before))
+    BudgetCappedSelection(AllImprovements(), guard, StepEvents([heard])).select(
+        proposals, SimpleNamespace(total_num_evals=0), improves)
+    assert heard.screened == [(3, 2)]
 
 
-def test_pool_tasks_see_the_submitters_dspy_context():
-    lm = sim.SimulatedLM()
-    with ThreadWorkerPool(2) as pool, dspy.context(lm=lm):
-        assert pool.map(lambda _: dspy.settings.lm is lm, range(4)) == [True] * 4
+def test_reservations_keep_the_budget_exact_with_work_in_flight():
+    """What the async schedule does with the guard: promise work, spend it as it lands, release the rest."""
+    guard = BudgetGuard(max_metric_calls=60, valset_size=10, minibatch_size=3)
+    state = SpentCalls(10)  # the seed's validation
+    promised = 0
+    while guard.reserve_proposal(state):  # each keeps |val| free beside it
+        promised += 1
+    assert promised == 6 and guard.reserved == 36 and guard.remaining(state) == 14  # 10 + 36 + 14 = 60
+    guard.spend(state, 3)  # a parent's screening landed
+    guard.release(3)  # ... and its child was never made (perfect parent)
+    assert state.total_num_evals == 13 and guard.reserved == 30 and guard.remaining(state) == 17
+    assert guard.reserve_validations(state, wanted=5) == 1  # 17 calls pay for one validation of 10
+    assert guard.reserved == 40 and guard.remaining(state) == 7 and not guard.reserve_proposal(state)
+    for _ in range(5):  # the five other pipelines screen parent and child
+        guard.spend(state, 6)
+    guard.spend(state, 10)  # the validation
+    assert guard.reserved == 0 and state.total_num_evals == 53 <= guard.max_metric_calls
 
 
-def test_a_failed_reflection_drops_only_its_proposal():
-    from dspy.teleprompt.gepa.instruction_proposal import InstructionProposer
+class SpentCalls:
+    def __init__(self, spent):
+        self.total_num_evals = spent
 
-    builtin = InstructionProposer()
-
-    def flaky_proposer(candidate, reflective_dataset, components_to_update):
-        if candidate["predict"] == "Instruction 1.":
-            raise RuntimeError("provider returned 500")
-        return builtin(candidate, reflective_dataset, components_to_update)
-
-    reflective = {"predict": [{"Inputs": {"question": "Apply rule zorp to 3."}, "Generated Outputs": {"answer": "3"},
-                               "Feedback": "Wrong: expected 10. Rule definition: zorp(x) = 3*x + 1."}]}
-    with ThreadWorkerPool(3) as pool:
-        adapter = BatchedAdapter(
-            student_module=seed_program(), metric_fn=sim.metric, feedback_map={}, pool=pool,
-            custom_instruction_proposer=flaky_proposer,
-        )
-        reflection = PooledReflection(adapter, sim.SimulatedLM(), pool)
-        jobs = [({"predict": f"Instruction {i}."}, reflective, ["predict"]) for i in range(3)]
-        proposals = [p for p, _ in reflection.reflect_many(jobs)]
-    assert [bool(p.new_texts) for p in proposals] == [True, False, True]
-    assert reflection.failures == 1
-    assert "provider returned 500" in proposals[1].metadata["reflection_error"]
-    assert all("zorp(x) =" in p.new_texts["predict"] for p in proposals if p.new_texts)
+    def increment_evals(self, count):
+        self.total_num_evals += count
 
 
 def test_a_rollout_that_raises_scores_the_failure_score_and_the_others_survive():

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from dspy_pxn.steps import StepRecord
+from dspy_pxn.records import StepRecord
 from dspy_pxn.usage import answered_from_cache
 
 

@@ -11,9 +11,9 @@ import tempfile
 from dspy_pxn.budget import RunShape
 from dspy_pxn.cli.errors import UsageError
 from dspy_pxn.cli.output import duration
-from dspy_pxn.runtime_model import DEFAULT_SHAPES, RuntimeModel, parse_shapes
+from dspy_pxn.planning import DEFAULT_SHAPES, RuntimeModel, parse_shapes
 from dspy_pxn.selection import parse as parse_selection
-from dspy_pxn.steps import STEP_LOG_NAME, StepRecord, read_step_log
+from dspy_pxn.records import STEP_LOG_NAME, StepRecord, read_step_log
 
 # Without a finished run to fit, the planner assumes the paper's regime: reflection 4x a
 # task call, and LiveBench-Math's 1×1 acceptance (17% of iterations validated).

@@ -15,7 +15,7 @@ from typing import Any, TextIO
 from dspy_pxn.cli.errors import UsageError
 from dspy_pxn.cli.output import RunOutcome, duration, printer, score, summary
 from dspy_pxn.cli.tasks import Task, check_shape, load_task
-from dspy_pxn.runtime_model import parse_shapes
+from dspy_pxn.planning import parse_shapes
 from dspy_pxn.selection import parse as parse_selection
 
 SIM_REFLECTION_FACTOR = 4.0  # a reflection call takes this many task calls' time, as in the paper's regime

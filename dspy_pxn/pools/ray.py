@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 import dspy
 
 from dspy_pxn.checks import positive_int
-from dspy_pxn.limits import LMCallCounts, LMCallLimiter
+from dspy_pxn.limits import LMCallCounter, LMCallCounts, LMCallLimiter
 from dspy_pxn.memo import LruMemo
 from dspy_pxn.pools import ThreadWorkerPool
 from dspy_pxn.usage import UsageMeter
@@ -113,7 +113,7 @@ class RolloutActor:
         return outputs
 
     def _start(self, fn: Callable[[Any], Any], settings: dict[str, Any], items: Sequence[Any]) -> tuple[list, Any, Any]:
-        meter, counter = UsageMeter(), LMCallLimiter()  # thread-safe: one of each serves the whole group
+        meter, counter = UsageMeter(), LMCallCounter()  # thread-safe: one of each serves the whole group
 
         def one(item: Any) -> tuple[Any, float]:
             start = time.perf_counter()
@@ -140,7 +140,7 @@ class _MapRequest:
     settings_box: list[Any]
     items: list[Any]
     tracker: Any
-    counters: list[LMCallLimiter]
+    counters: list[LMCallCounter]
     caps: list[threading.BoundedSemaphore]
     cap_size: int | None
     results: list[Any] = field(default_factory=list)
@@ -239,7 +239,8 @@ class RayWorkerPool:
         if not items:
             return []
         settings = {name: getattr(dspy.settings, name) for name in SHIPPED_SETTINGS if getattr(dspy.settings, name)}
-        counters = [c for c in dspy.settings.get("callbacks", None) or [] if isinstance(c, LMCallLimiter)]
+        counters = [c for c in dspy.settings.get("callbacks", None) or [] if isinstance(c, LMCallCounter)]
+        limiters = [c for c in counters if isinstance(c, LMCallLimiter)]
         request = _MapRequest(
             fn_box=[self._ship(fn, (id(fn),))],
             settings_box=[self._ship(settings, tuple(id(value) for value in settings.values()) + (0,))],
@@ -248,8 +249,8 @@ class RayWorkerPool:
             counters=counters,
             # The run's max_concurrent_lm_calls, as rollouts in flight: the limiters' own slots, so the cap
             # holds across concurrent maps (the async schedule's pipelines) and the driver's reflections.
-            caps=sorted((c.slots for c in counters if c.slots is not None), key=id),
-            cap_size=min((c.max_concurrent for c in counters if c.max_concurrent), default=None),
+            caps=sorted((c.slots for c in limiters), key=id),
+            cap_size=min((c.max_concurrent for c in limiters), default=None),
         )
         self._requests.put(request)
         request.done.wait()

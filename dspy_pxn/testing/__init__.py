@@ -14,7 +14,7 @@
     BatchedGEPA(metric=sim.metric, ...).compile(sim.seed_program(), trainset=train, valset=val)
 """
 
-from dspy_pxn.split import Split
+from dspy_pxn.programs.split import Split
 from dspy_pxn.testing.landscape import BREADTH, DEPTH, Landscape
 from dspy_pxn.testing.loopback import LatencyServer
 from dspy_pxn.testing.responder import DEFAULT_REFLECTION_ERROR_RATE, respond

@@ -18,7 +18,7 @@ from typing import Any
 
 import dspy
 
-from dspy_pxn.split import Split
+from dspy_pxn.programs.split import Split
 
 # Max rule definitions an instruction can hold; smaller than the 12 rules so
 # the optimiser must choose (and the frequent rules are worth more).

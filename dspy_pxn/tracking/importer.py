@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from dspy_pxn.steps import STEP_LOG_NAME, read_step_log
+from dspy_pxn.records import STEP_LOG_NAME, read_step_log
 from dspy_pxn.tracking import runlog
 from dspy_pxn.tracking.config import DEFAULT_EXPERIMENT, default_tracking_uri, require_mlflow
 from dspy_pxn.tracking.mlflow_io import CONFIG_TAG, IMPORTED_TAG, MlflowMirror, baseline_metrics, probe, step_metrics

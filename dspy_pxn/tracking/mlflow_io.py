@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import fields
 from typing import TYPE_CHECKING
 
-from dspy_pxn.steps import STEP_LOG_NAME, StepRecord
+from dspy_pxn.records import STEP_LOG_NAME, StepRecord
 from dspy_pxn.tracking import runlog
 from dspy_pxn.tracking.runlog import Baseline, RunManifest
 
@@ -143,7 +143,7 @@ def step_metrics(record: StepRecord, run_started_at: float) -> dict[str, float]:
         if f.name in NOT_STEP_METRICS or value is None or not isinstance(value, (int, float)):
             continue
         metrics[f.name] = float(value)
-    metrics["merge"] = float(record.kind == "merge")
+    metrics["crossover"] = float(record.kind == "crossover")
     metrics["elapsed_s"] = record.started_at + record.wall_s - run_started_at
     return metrics
 

@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from dspy_pxn.budget import RunShape
-from dspy_pxn.runtime_model import RuntimeModel
+from dspy_pxn.planning import RuntimeModel
 from dspy_pxn.selection import Selection
-from dspy_pxn.steps import StepRecord
+from dspy_pxn.records import StepRecord
 from dspy_pxn.tracking.runlog import Baseline
 
 FIGSIZE, DPI = (7.0, 4.5), 100  # 700 x 450 px

@@ -33,8 +33,8 @@ from typing import Any
 
 from dspy_pxn.description import RunDescription
 from dspy_pxn.resume import GEPA_STATE_FILE
-from dspy_pxn.steps import StepRecord
-from dspy_pxn.tracker import TrackingArguments
+from dspy_pxn.records import StepRecord
+from dspy_pxn.tracker import TrackingArgumentError, TrackingArguments
 from dspy_pxn.tracking import runlog
 from dspy_pxn.tracking.config import DEFAULT_EXPERIMENT, default_tracking_uri, require_mlflow, slug
 from dspy_pxn.tracking.lineage import LineageObserver, read_proposals
@@ -106,7 +106,7 @@ class MlflowTracker:
     def start(self, description: RunDescription, *, log_dir: str | None, usage: UsageMeter) -> MlflowRun:
         """Resolve where the run goes (sweep, caller's active run, or this tracker's settings), then open it.
 
-        Raises ValueError only for contradictory arguments (before any LM call); an
+        Raises TrackingArgumentError only for contradictory arguments (before any LM call); an
         unreachable store is not an error, just a warning and an offline run.
         """
         import mlflow
@@ -122,12 +122,12 @@ class MlflowTracker:
         if parent_sweep is not None:
             sweep_uri, sweep_experiment = parent_sweep.manifest.tracking_uri, parent_sweep.manifest.experiment
             if self.tracking_uri not in (None, sweep_uri):
-                raise ValueError(
+                raise TrackingArgumentError(
                     f"tracking_uri={self.tracking_uri!r} differs from the enclosing sweep's {sweep_uri!r}: a nested run "
                     "must live with its parent. Drop tracking_uri, or compile outside the sweep."
                 )
             if self.experiment not in (None, sweep_experiment):
-                raise ValueError(
+                raise TrackingArgumentError(
                     f"experiment={self.experiment!r} differs from the enclosing sweep's {sweep_experiment!r}: drop "
                     "experiment, or compile outside the sweep."
                 )

@@ -2,7 +2,9 @@
 
 Everything that reports on a run (the JSONL step log, MLflow, progress, the runtime
 model) reads these records, so they carry the quantities the paper's runtime model
-needs: width, acceptance, whether validation fired, and where the time went.
+needs: width, acceptance, whether validation fired, and where the time went. gepa's
+step loop writes one record per step; the asynchronous schedule one per *window* (the
+work that finished between the end of one validation and the end of the next).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from gepa.core.state import GEPAState
 from gepa.strategies.proposal_sampling import ProposalTask
 
 from dspy_pxn.budget import RunShape
-from dspy_pxn.limits import LMCallLimiter
+from dspy_pxn.events import Phase, StepListener, override
+from dspy_pxn.limits import LMCallCounter
 from dspy_pxn.pools import WorkerPool
 from dspy_pxn.strategies import pareto_front_programs
 from dspy_pxn.usage import UsageMeter
@@ -34,13 +37,13 @@ class StepRecord:
     """One optimizer iteration. Times are seconds; scores are validation averages."""
 
     step: int
-    kind: str  # "reflective" or "merge"
+    kind: str  # "reflective", or "crossover": a step gepa's crossover (use_merge=True) took over
     p: int
     n: int
-    width: int  # proposal tasks sampled (P·N unless the budget narrowed the step)
+    width: int  # proposal tasks sampled (P·N unless the budget narrowed the step; async: pipelines started)
     distinct_parents: int
-    proposals: int  # children screened on their minibatch
-    accepted: int  # children added to the pool after full validation
+    proposals: int  # children screened on their minibatch (async: pipelines that finished with a child)
+    accepted: int  # candidates fully validated and added to the pool
     full_validation: bool
     new_candidates: list[int]
     metric_calls: int  # spent in this step
@@ -72,14 +75,49 @@ class StepRecord:
     lm_retries: int = 0
     lm_failures: int = 0
     # Sibling merge (selection="merge"): improving children merged into the validated candidate, and its time.
-    merged: int = 0
-    merge_s: float = 0.0
+    sibling_merged: int = 0
+    sibling_merge_s: float = 0.0
     # "steps" (gepa's loop: one record per step) or "async" (one record per validation window; times
     # are sums over overlapping pipelines, not wall-clock phases).
     schedule: str = "steps"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, line: str) -> StepRecord:
+        """A logged record, including one written before the two merges had their own names."""
+        fields = json.loads(line)
+        for old, new in RENAMED_FIELDS.items():
+            if old in fields:
+                fields[new] = fields.pop(old)
+        if fields.get("kind") == "merge":
+            fields["kind"] = "crossover"
+        return cls(**fields)
+
+    def summary(self) -> str:
+        """What the step did, in a user's words, e.g. '16 proposals screened (from 4 parents), 5 improved,
+        1 validated (a merge of 5), best val 0.533'."""
+        parts = [f"{_count(self.proposals, 'proposal')} screened"
+                 + (f" (from {_count(self.distinct_parents, 'parent')})" if self.distinct_parents else "")]
+        if self.improved:
+            parts.append(f"{self.improved} improved")
+        validated = f"{self.accepted} validated" if self.accepted else "none validated"
+        if self.sibling_merged:
+            validated += f" (a merge of {self.sibling_merged})"
+        if self.kind == "crossover":
+            validated += " (a crossover)"
+        parts.append(validated)
+        parts.append(f"best val {self.best_val:.3f}")
+        return ", ".join(parts)
+
+
+# Fields logged under other names by earlier versions: the sibling merge's were "merged" and "merge_s".
+RENAMED_FIELDS = {"merged": "sibling_merged", "merge_s": "sibling_merge_s"}
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 class StepLog:
@@ -112,18 +150,17 @@ def read_step_log(log_dir: str) -> list[StepRecord]:
     if not os.path.exists(path):
         return []
     with open(path) as handle:
-        return [StepRecord(**json.loads(line)) for line in handle if line.strip()]
+        return [StepRecord.from_json(line) for line in handle if line.strip()]
 
 
-class StepRecorder:
-    """Listens to a run's step events and gepa's iteration callbacks; emits one StepRecord per step.
+class StepRecorder(StepListener):
+    """Hears a run's step events and gepa's iteration callbacks; emits one StepRecord per step.
 
-    The phase an evaluation belongs to comes with its event (``StepEvents.phase``):
-    sampling starts screening, selection starts validation; reflection reports its own
-    time. This needs no guess about which ``batch_evaluate`` call is which. Counts add up
-    over the events of a step, so a schedule that samples one task at a time (async)
-    records the same fields. Each record goes to the sinks in order (the step log,
-    progress lines, a tracker); a failing sink is a warning.
+    The phase of every evaluation comes with its event, so the recorder needs no guess
+    about which ``batch_evaluate`` call is which. Counts add up over the events of a step,
+    so a schedule that samples one task at a time (async) records the same fields. Each
+    record goes to the sinks in order (the step log, progress lines, a tracker); a failing
+    sink is a warning.
     """
 
     def __init__(
@@ -133,65 +170,84 @@ class StepRecorder:
         shape: RunShape,
         pool: WorkerPool,
         usage: UsageMeter,
-        lm_counter: LMCallLimiter,
+        lm_calls: LMCallCounter,
         sinks: Sequence[Callable[[StepRecord], None]] = (),
         schedule: str = "steps",
     ):
         self.p, self.n, self.shape, self.schedule = p, n, shape, schedule
         self.pool = pool
         self.usage = usage
-        self.lm_counter = lm_counter
+        self.lm_calls = lm_calls
         self.sinks = list(sinks)
         self.steps: list[StepRecord] = []
         self._lock = threading.Lock()
         self._reset(None)
 
     # -- step events --------------------------------------------------------------
-    def tasks_sampled(self, tasks: list[ProposalTask]) -> None:
+    @override
+    def tasks_sampled(self, tasks: Sequence[ProposalTask]) -> None:
         with self._lock:
             self._width += len(tasks)
             self._parents.update(t.parent_idx for t in tasks)
 
-    def children_screened(self, improved: int) -> None:
+    @override
+    def children_screened(self, children: int, improved: int) -> None:
         with self._lock:
+            self._proposals += children
             self._improved += improved
 
-    def evaluated(self, seconds: float, rollouts: int, failures: int, phase: str = "validation") -> None:
+    @override
+    def evaluated(self, phase: Phase, seconds: float, rollouts: int, failures: int) -> None:
         with self._lock:
             self._phase_s[phase] = self._phase_s.get(phase, 0.0) + seconds
             self._rollouts += rollouts
             self._rollout_failures += failures
 
+    @override
     def reflected(self, seconds: float, jobs: int, failed: int) -> None:
         with self._lock:
             self._phase_s["reflection"] = self._phase_s.get("reflection", 0.0) + seconds
             self._reflection_failures += failed
 
-    def merged(self, seconds: float, children: int) -> None:
+    @override
+    def sibling_merged(self, seconds: float, children: int) -> None:
         with self._lock:
-            self._phase_s["merge"] = self._phase_s.get("merge", 0.0) + seconds
-            self._merged += children
+            self._phase_s["sibling_merge"] = self._phase_s.get("sibling_merge", 0.0) + seconds
+            self._sibling_merged += children
 
-    # -- gepa callback events -----------------------------------------------------
+    # -- gepa's callbacks, in its step loop ----------------------------------------
     def on_iteration_start(self, event: dict) -> None:
-        self._reset(event["state"])
+        self.start(event["state"])
 
     def on_merge_attempted(self, event: dict) -> None:
-        self._kind = "merge"
+        """gepa's crossover took this step over: its one crossed candidate is the step's proposal."""
+        with self._lock:
+            self._kind = "crossover"
+            self._proposals += 1
 
     def on_candidate_accepted(self, event: dict) -> None:
-        self._new.append(event["new_candidate_idx"])
-
-    def on_candidate_rejected(self, event: dict) -> None:
-        self._rejected += 1
+        self.accepted(event["new_candidate_idx"])
 
     def on_iteration_end(self, event: dict) -> None:
-        state: GEPAState = event["state"]
+        self.end(event["state"])
+
+    # -- a step's bounds, as gepa's loop or another schedule reports them ------------
+    def start(self, state: GEPAState | None) -> None:
+        """A step begins: everything heard from now on is its."""
+        self._reset(state)
+
+    def accepted(self, index: int) -> None:
+        """Candidate ``index`` joined the pool in this step."""
+        with self._lock:
+            self._new.append(index)
+
+    def end(self, state: GEPAState) -> StepRecord:
+        """The step is over: its record goes to ``steps`` and to every sink."""
         wall = time.perf_counter() - self._t0
         busy = self.pool.busy_seconds() - self._busy0
         scores = state.program_full_scores_val_set
         usage, total_usage = self.usage.totals().since(self._usage0), self.usage.totals()
-        lm = self.lm_counter.counts().since(self._lm0)
+        lm = self.lm_calls.counts().since(self._lm0)
         record = StepRecord(
             step=state.i + 1,  # gepa's iteration number, so a resumed run continues the numbering
             kind=self._kind,
@@ -199,7 +255,7 @@ class StepRecorder:
             n=self.n,
             width=self._width,
             distinct_parents=len(self._parents),
-            proposals=len(self._new) + self._rejected,
+            proposals=self._proposals,
             accepted=len(self._new),
             full_validation=bool(self._new),
             new_candidates=list(self._new),
@@ -229,8 +285,8 @@ class StepRecorder:
             cost_usd_total=total_usage.cost_usd,
             lm_retries=lm.retries,
             lm_failures=lm.failures,
-            merged=self._merged,
-            merge_s=self._phase_s.get("merge", 0.0),
+            sibling_merged=self._sibling_merged,
+            sibling_merge_s=self._phase_s.get("sibling_merge", 0.0),
             schedule=self.schedule,
         )
         self.steps.append(record)
@@ -239,11 +295,7 @@ class StepRecorder:
                 sink(record)
             except Exception as error:  # noqa: BLE001 - an observer must never stop the run
                 logger.warning("Step sink %r failed: %s", sink, error)
-
-    def window_is_empty(self) -> bool:
-        """Nothing sampled, evaluated or decided since the last record (an async schedule's idle tail)."""
-        with self._lock:
-            return not (self._width or self._new or self._rejected or self._rollouts)
+        return record
 
     # -- internals ------------------------------------------------------------------
     def _reset(self, state: GEPAState | None) -> None:
@@ -256,11 +308,11 @@ class StepRecorder:
         self._width = 0
         self._parents: set[int] = set()
         self._new: list[int] = []
-        self._rejected = 0
+        self._proposals = 0
         self._improved = 0
         self._usage0 = self.usage.totals()
-        self._lm0 = self.lm_counter.counts()
+        self._lm0 = self.lm_calls.counts()
         self._rollouts = 0
         self._rollout_failures = 0
         self._reflection_failures = 0
-        self._merged = 0
+        self._sibling_merged = 0

@@ -26,7 +26,7 @@ from dspy_pxn import selection as selections
 from dspy_pxn.budget import BudgetGuard, RunShape
 from dspy_pxn.checks import positive_int
 from dspy_pxn.selection import Selection
-from dspy_pxn.steps import StepRecord
+from dspy_pxn.records import StepRecord
 
 __all__ = [
     "RunShape",  # re-exported: the planner's users build one

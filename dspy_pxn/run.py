@@ -1,0 +1,282 @@
+"""One compile, from the optimizer's arguments to the program it returns, in three moves.
+
+    run = Run.prepare(optimizer, student, trainset, valset)   every check and decision that needs no LM call
+    with run.resources() as live:                             the pool, usage meter, LM counter, tracked run,
+                                                              step recorder and adapter the search runs on
+        gepa_result = schedule.run(run, live)                 dspy_pxn.schedules
+        program = run.result(gepa_result, live)               the best program, its held-out score and details
+
+A ``Run`` is built once per compile and never changes: the seed candidate, the budget, the
+run's shape and guard, its description and any saved state are computed here and read
+everywhere else, so no part of the search recomputes them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+import dspy
+from dspy.primitives import Example, Module
+from dspy.teleprompt.gepa.gepa import AUTO_RUN_SETTINGS, DspyGEPAResult
+from gepa.core.result import GEPAResult
+from gepa.core.state import GEPAState
+
+from dspy_pxn import checks, components, limits, metrics, resume
+from dspy_pxn import selection as selections
+from dspy_pxn.adapter import BatchedAdapter
+from dspy_pxn.budget import BudgetGuard, RunShape
+from dspy_pxn.description import RunDescription, digest, lm_name
+from dspy_pxn.events import StepEvents
+from dspy_pxn.holdout import holdout_score
+from dspy_pxn.pools import ThreadWorkerPool, WorkerPool
+from dspy_pxn.records import StepLog, StepRecorder
+from dspy_pxn.result import BatchedGEPAResult
+from dspy_pxn.tracker import TrackedRun, quietly, run_tracker, start_tracked_run
+from dspy_pxn.usage import UsageMeter, warn_if_answered_from_cache
+
+if TYPE_CHECKING:  # a type only: the optimizer builds a Run, a Run never calls back into it
+    from dspy_pxn.teleprompter import BatchedGEPA
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One compile, prepared: what was decided before the first LM call. Built once, read everywhere."""
+
+    optimizer: BatchedGEPA  # its arguments, as given and checked
+    student: Module
+    trainset: list[Example]
+    valset: list[Example]
+    metric: Callable[..., Any]  # the run's GEPA feedback metric (dspy_pxn.metrics.resolve)
+    seed_candidate: dict[str, str]  # what GEPA optimizes (dspy_pxn.components)
+    code_components: tuple[str, ...]  # the seed candidate's dspy.Flex sources
+    reflection_lm: dspy.BaseLM | None  # None: a custom proposer reflects
+    shape: RunShape
+    guard: BudgetGuard
+    description: RunDescription
+    saved_state: GEPAState | None  # the state a resumed run continues, from log_dir
+
+    @property
+    def schedule(self) -> str:
+        return self.optimizer.schedule
+
+    @classmethod
+    def prepare(cls, optimizer: BatchedGEPA, student: Module, trainset: list[Example],
+                valset: list[Example] | None) -> Run:
+        """Every argument check, the seed candidate, budget, shape, guard, description and resume state."""
+        seed = components.seed_candidate(student) if isinstance(student, Module) else {}
+        checks.program(student, list(seed))
+        metric = metrics.resolve(optimizer.metric_fn, student)
+        trainset = checks.dataset("trainset", trainset)
+        if valset is None:
+            logger.warning("No valset given: using the trainset for validation (scores will be optimistic).")
+        valset = checks.dataset("valset", valset) if valset is not None else trainset
+        m = optimizer.reflection_minibatch_size
+        budget = metric_call_budget(optimizer, seed, trainset, valset)
+        guard = BudgetGuard(budget, len(valset), m, crossover=optimizer.use_merge)
+        checks.budget_buys_one_step(budget, len(valset), m, guard.smallest_budget())
+        checks.examples_match_program(student, trainset=trainset, valset=valset, testset=optimizer.testset)
+        checks.writable_dir("log_dir", optimizer.log_dir)
+        reflection_lm = resolve_reflection_lm(optimizer)
+        if optimizer.chosen_for_user:
+            logger.info("P×N = %d×%d: schedule=%r, selection=%r (the defaults above 1×1; pass schedule='steps', "
+                        "selection='all' for the paper's step loop).", optimizer.p, optimizer.n, optimizer.schedule,
+                        selections.label(optimizer.selection))
+        workers = optimizer.num_threads or default_num_threads(optimizer) if owns_pool(optimizer) else (
+            optimizer.pool.num_workers)
+        code = tuple(components.code_components(student))
+        description = describe(optimizer, student, trainset, valset, seed, code, budget, workers, reflection_lm)
+        saved_state = resume.load_saved_state(optimizer.log_dir)
+        if saved_state is not None:
+            resume.check_resumable(saved_state, description.resume_settings(), optimizer.log_dir)
+        return cls(optimizer, student, trainset, valset, metric, seed, code, reflection_lm,
+                   RunShape(workers, budget, len(valset), m), guard, description, saved_state)
+
+    # ------------------------------------------------------------------------------ resources
+    @contextmanager
+    def resources(self) -> Iterator[Live]:
+        """What the search runs on, started now and closed after the result: a pool this compile owns is
+        closed, a failed search is reported to its tracked run, and tracking never stops the search."""
+        optimizer = self.optimizer
+        owned = owns_pool(optimizer)
+        pool = make_pool(optimizer.pool, self.shape.workers) if owned else optimizer.pool
+        tracked_run: TrackedRun | None = None
+        try:
+            usage, lm_calls = UsageMeter(), limits.LMCallCounter()
+            tracker = run_tracker(optimizer.tracker, optimizer.mlflow)
+            tracked_run = start_tracked_run(tracker, self.description, log_dir=optimizer.log_dir, usage=usage)
+            log_dir = optimizer.log_dir or (tracked_run.log_dir if tracked_run is not None else None)
+            step_log = StepLog(log_dir) if log_dir is not None else None
+            recorder = StepRecorder(
+                optimizer.p, optimizer.n, self.shape, pool, usage, lm_calls, schedule=self.schedule,
+                sinks=[*([step_log] if step_log else []), *optimizer.step_sinks,
+                       *([tracked_run.on_step] if tracked_run else [])],
+            )
+            events = StepEvents([recorder])
+            adapter = self._adapter(pool, events)
+            if self.saved_state is not None:
+                self._resume(adapter, recorder, step_log)
+            limits.warn_if_no_timeout("task", dspy.settings.lm)
+            limits.warn_if_no_timeout("reflection", self.reflection_lm)
+            with usage.active(), limits.installed(optimizer.lm_limiter, lm_calls):
+                yield Live(pool, usage, lm_calls, tracked_run, recorder, events, adapter,
+                           gepa_callbacks=[*(tracked_run.gepa_callbacks if tracked_run else []), *optimizer.callbacks],
+                           started=time.perf_counter())
+        except BaseException as error:
+            if tracked_run is not None:
+                quietly("fail", lambda: tracked_run.fail(error))
+            raise
+        finally:
+            if owned:
+                pool.close()
+
+    def _adapter(self, pool: WorkerPool, events: StepEvents) -> BatchedAdapter:
+        optimizer = self.optimizer
+        return BatchedAdapter(
+            student_module=self.student,
+            metric_fn=self.metric,
+            feedback_map={name: metrics.feedback_function(self.metric, name, predictor)
+                          for name, predictor in self.student.named_predictors()},
+            failure_score=optimizer.failure_score,
+            num_threads=pool.num_workers,
+            add_format_failure_as_feedback=optimizer.add_format_failure_as_feedback,
+            reflection_lm=None,  # PooledReflection sets the reflection LM per call
+            custom_instruction_proposer=optimizer.custom_instruction_proposer,
+            custom_code_proposer=optimizer.custom_code_proposer,
+            warn_on_score_mismatch=optimizer.warn_on_score_mismatch,
+            reflection_minibatch_size=optimizer.reflection_minibatch_size,
+            pool=pool,
+            events=events,
+        )
+
+    def _resume(self, adapter: BatchedAdapter, recorder: StepRecorder, step_log: StepLog | None) -> None:
+        """gepa re-evaluates the seed before it loads its saved state: the saved scores answer that, and the
+        step log keeps the steps the saved state includes."""
+        saved = self.saved_state
+        completed = saved.i + 1
+        logger.info("Resuming from log_dir=%s after step %d (%d of %d metric calls spent).",
+                    self.optimizer.log_dir, completed, saved.total_num_evals, self.shape.budget)
+        adapter.replay_once(self.seed_candidate, self.valset, resume.seed_evaluation(adapter, saved, len(self.valset)))
+        if step_log is not None:
+            recorder.steps = step_log.keep_first(completed)
+
+    # ------------------------------------------------------------------------------ result
+    def result(self, gepa_result: GEPAResult, live: Live) -> Module:
+        """The best program, as dspy.GEPA returns it, with ``detailed_results`` when ``track_stats``."""
+        optimizer = self.optimizer
+        wall_s, usage, lm_call_counts = time.perf_counter() - live.started, live.usage.totals(), live.lm_calls.counts()
+        program = live.adapter.build_program(gepa_result.best_candidate)
+        test_score = (holdout_score(program, optimizer.testset, self.metric, live.pool, optimizer.failure_score)
+                      if optimizer.testset else None)
+        metric_calls = getattr(gepa_result, "total_metric_calls", None)
+        if isinstance(metric_calls, int):
+            warn_if_answered_from_cache(usage, metric_calls)
+        details = None
+        try:
+            base = DspyGEPAResult.from_gepa_result(gepa_result, live.adapter)
+        except AttributeError as missing:  # a stand-in for gepa.optimize, as in tests, may return less
+            logger.warning("gepa's result has no %s: the optimized program is returned without detailed_results.",
+                           missing.name)
+        else:
+            details = BatchedGEPAResult(
+                **{f.name: getattr(base, f.name) for f in fields(DspyGEPAResult)},
+                steps=tuple(live.recorder.steps), budget=self.shape.budget, num_workers=live.pool.num_workers,
+                wall_s=wall_s, test_score=test_score, usage=usage, lm_call_counts=lm_call_counts,
+                mlflow_run_id=live.tracked_run.run_id if live.tracked_run is not None else None,
+            )
+            if optimizer.track_stats:
+                program.detailed_results = details
+        if live.tracked_run is not None:
+            quietly("finish", lambda: live.tracked_run.finish(program, details))
+        return program
+
+
+@dataclass
+class Live:
+    """A prepared run's parts while it runs; ``Run.resources`` starts and closes them."""
+
+    pool: WorkerPool
+    usage: UsageMeter  # DSPy's usage tracker for the run: tokens and dollars
+    lm_calls: limits.LMCallCounter  # the run's LM calls, retries and failures
+    tracked_run: TrackedRun | None
+    recorder: StepRecorder  # one StepRecord per step, to the step log, the user's sinks and the tracked run
+    events: StepEvents  # the step events, heard by the recorder (and whatever a schedule adds)
+    adapter: BatchedAdapter  # every rollout of the run, on the pool
+    gepa_callbacks: list[Any]  # the tracked run's and the user's gepa callbacks (the recorder is not one of them)
+    started: float  # perf_counter() when the search began
+
+
+# ---------------------------------------------------------------------------------- decisions
+def metric_call_budget(optimizer: BatchedGEPA, seed_candidate: dict[str, str], trainset: list[Example],
+                       valset: list[Example]) -> int:
+    """The budget in metric calls, from auto/max_full_evals exactly as dspy.GEPA computes it.
+
+    With no budget at all, ``auto="light"``: the run says so, with the number it comes to.
+    """
+    if optimizer.auto is not None:
+        budget = optimizer.auto_budget(num_preds=max(len(seed_candidate), 1),
+                                       num_candidates=AUTO_RUN_SETTINGS[optimizer.auto]["n"], valset_size=len(valset))
+        if optimizer.budget_by_default:
+            logger.info("No budget given: using auto='light', %d metric calls for this program and valset "
+                        "(pass max_metric_calls=... to set it).", budget)
+        return budget
+    if optimizer.max_full_evals is not None:
+        return optimizer.max_full_evals * (len(trainset) + len(valset))
+    return optimizer.max_metric_calls
+
+
+def resolve_reflection_lm(optimizer: BatchedGEPA) -> dspy.BaseLM | None:
+    """The reflection LM given, else the task LM (said once per run), else None for a custom proposer."""
+    if optimizer.reflection_lm is not None:
+        return optimizer.reflection_lm
+    task_lm = dspy.settings.lm
+    if task_lm is not None and optimizer.custom_instruction_proposer is None:
+        logger.info("No reflection_lm given: the task LM %s also reflects. A stronger reflection LM "
+                    "(reflection_lm=dspy.LM(...)) usually finds better instructions.", lm_name(task_lm))
+    return task_lm
+
+
+def default_num_threads(optimizer: BatchedGEPA) -> int:
+    """Enough workers for one step's screening (P·N·m rollouts), and at least dspy's own setting."""
+    return max(optimizer.p * optimizer.n * optimizer.reflection_minibatch_size, dspy.settings.num_threads or 1)
+
+
+def owns_pool(optimizer: BatchedGEPA) -> bool:
+    """A pool given as an instance is the caller's (left open); otherwise each compile makes and closes its own."""
+    return optimizer.pool is None or optimizer.pool == "ray"
+
+
+def make_pool(pool: str | None, workers: int) -> WorkerPool:
+    """The pool a compile owns: threads, or Ray actors for ``pool="ray"`` (same W)."""
+    if pool == "ray":
+        from dspy_pxn.pools.ray import RayWorkerPool
+
+        return RayWorkerPool(address=os.environ.get("RAY_ADDRESS"), max_concurrency=workers)
+    return ThreadWorkerPool(workers)
+
+
+def describe(optimizer: BatchedGEPA, student: Module, trainset: list[Example], valset: list[Example],
+             seed_candidate: dict[str, str], code_components: tuple[str, ...], budget: int, workers: int,
+             reflection_lm: Any) -> RunDescription:
+    """This compile, described once for tracking (params) and resume (settings)."""
+    selector = optimizer.candidate_selection_strategy
+    predictor_lms = [p.lm for _, p in student.named_predictors() if getattr(p, "lm", None) is not None]
+    return RunDescription(
+        p=optimizer.p, n=optimizer.n, selection=selections.label(optimizer.selection), schedule=optimizer.schedule,
+        minibatch_size=optimizer.reflection_minibatch_size, seed=optimizer.seed, crossover=optimizer.use_merge,
+        candidate_selection=selector if isinstance(selector, str) else type(selector).__name__,
+        budget=budget, num_workers=workers, program=type(student).__name__,
+        predictors=len(student.named_predictors()), code_components=len(code_components),
+        dataset=getattr(trainset, "name", None) or "unnamed", trainset_size=len(trainset),
+        valset_size=len(valset), testset_size=len(optimizer.testset or []),
+        task_lms=tuple(predictor_lms or [dspy.settings.lm]), reflection_lm=reflection_lm,
+        trainset_digest=digest(trainset), valset_digest=digest(valset),
+        seed_candidate_digest=digest([f"{k}={v}" for k, v in sorted(seed_candidate.items())]),
+    )

@@ -1,0 +1,313 @@
+"""``schedule="async"``: proposals flow through the pool with no step barrier.
+
+In gepa's step loop every step waits for its slowest piece: all P·N parent evaluations,
+then all reflections, then all child evaluations, then the validations, before the next
+step samples anything. With real, variable LM latency the pool idles behind stragglers.
+Here P·N proposal *pipelines* are always in flight, each one parent → its minibatch
+(traced) → one reflection → the child on the same minibatch. Improving children queue
+up; whenever no validation is running, the queued ones go through the run's selection
+(all | best | top-k | sibling merge) and are validated together, and new pipelines pick
+parents from the Pareto front as it stands when they start. Reflections run in the
+pipelines' own threads, never on a rollout worker, so they cannot starve rollouts.
+
+gepa's ``GEPAState`` is the single record: candidates join it through its own
+``update_state_with_new_program``, it is saved (with our strategies' state, through the
+adapter-state hook) as each window starts, and ``GEPAResult.from_state`` reads it at the
+end, exactly as after ``gepa.optimize``. What gepa lacks for this is a scheduler seam:
+its engine owns the loop, so this module drives the state with gepa's own parts
+(``GepaParts``) and tells gepa's callbacks what its engine would (``GepaNotifier``).
+
+The budget is exact: a pipeline reserves its screening with the run's ``BudgetGuard``
+when it starts, and a validation reserves the validations its selection may ask for;
+the guard keeps |val| free beside every reservation, so whatever improves can be paid for.
+
+One StepRecord is written per *window*: the work that finished between the end of one
+validation and the end of the next. A window begins with its first event, so none is
+empty, and the iteration it is to gepa is counted then. Async runs are not
+bit-reproducible: which pipeline finishes first depends on latency.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+
+from dspy.teleprompt.gepa.gepa_utils import LoggerAdapter
+from gepa.core.data_loader import ensure_loader
+from gepa.core.result import GEPAResult
+from gepa.core.state import GEPAState, ValsetEvaluation, initialize_gepa_state
+from gepa.proposer.base import CandidateProposal
+from gepa.strategies.acceptance import StrictImprovementAcceptance
+from gepa.strategies.proposal_sampling import ProposalTask
+
+from dspy_pxn import selection as selections
+from dspy_pxn.events import Phase, StepListener, override
+from dspy_pxn.run import Live, Run
+from dspy_pxn.schedules.gepa_events import GepaNotifier, pareto_front
+from dspy_pxn.schedules.parts import GepaParts
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Screened:
+    """A pipeline's child, scored on its parent's minibatch, and whether it beat the parent there."""
+
+    proposal: CandidateProposal
+    improved: bool
+
+
+@dataclass
+class _Validated:
+    """A validation's outcome: the candidates it validated, their scores, the improvers it passed over."""
+
+    selected: list[CandidateProposal]
+    evaluations: list[ValsetEvaluation]
+    passed_over: list[CandidateProposal]
+
+
+class AsyncSchedule(StepListener):
+    """Runs the search with P·N proposals in flight; one instance per run."""
+
+    @classmethod
+    def run(cls, run: Run, live: Live) -> GEPAResult:
+        state = cls(run, live).search()
+        return GEPAResult.from_state(state, run_dir=run.optimizer.log_dir, seed=run.optimizer.seed)
+
+    def __init__(self, run: Run, live: Live):
+        self.run, self.live, self.guard = run, live, run.guard
+        self.parts = GepaParts.of(run, live)
+        self.width = run.optimizer.p * run.optimizer.n
+        self.trainset, self.valset = ensure_loader(run.trainset), ensure_loader(run.valset)
+        # Every read or write of the state and the reservations, and every step event, under one lock:
+        # a screening's rollouts and the metric calls they cost land in the same window.
+        self.lock = live.events.lock
+        self.notify = GepaNotifier(live.gepa_callbacks, self.lock, run.guard.max_metric_calls)
+        self.acceptance = StrictImprovementAcceptance()
+        self.state: GEPAState | None = None
+        self.window_started = False  # the current window has had an event, and gepa has been told it began
+        self.accepted_in_window = False
+
+    # ------------------------------------------------------------------------------ the run
+    def search(self) -> GEPAState:
+        self.notify.optimization_start(self.run.seed_candidate, len(self.trainset), len(self.valset),
+                                       {"schedule": "async", "width": self.width})
+        self.state = self._initial_state()
+        self.live.events.add(self, before=self.live.recorder)  # a window starts before the recorder counts in it
+        pipelines = ThreadPoolExecutor(max_workers=self.width, thread_name_prefix="dspy-pxn-proposal")
+        validator = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dspy-pxn-validation")
+        in_flight: dict[Future, str] = {}
+        queued: list[CandidateProposal] = []
+        error: BaseException | None = None
+        try:
+            while True:
+                if error is None:
+                    self._launch(pipelines, in_flight)
+                    if queued and "validation" not in in_flight.values():
+                        self._validate(validator, in_flight, queued)
+                        queued = []
+                if not in_flight:
+                    break
+                done, _ = wait(list(in_flight), return_when=FIRST_COMPLETED)
+                for future in done:
+                    kind = in_flight.pop(future)
+                    try:
+                        outcome = future.result()
+                    except BaseException as failure:  # noqa: BLE001 - stop launching, drain, then raise
+                        error = error or failure
+                        continue
+                    if kind == "proposal":
+                        queued += self._screened(outcome)
+                    else:
+                        self._validated(outcome)
+        finally:
+            pipelines.shutdown(wait=True)
+            validator.shutdown(wait=True)
+            with self.lock:
+                self._end_window()
+                self._save()
+        if error is not None:
+            raise error
+        self.notify.optimization_end(self.state)
+        return self.state
+
+    def _initial_state(self) -> GEPAState:
+        """The seed validated on the valset, or the saved state a resumed run continues (gepa's own rule)."""
+        ids = list(self.valset.all_ids())
+        evaluation = self.live.adapter.evaluate(self.valset.fetch(ids), self.run.seed_candidate, phase="validation")
+        optimizer = self.run.optimizer
+        state = initialize_gepa_state(
+            run_dir=optimizer.log_dir, logger=LoggerAdapter(logger), seed_candidate=self.run.seed_candidate,
+            seed_valset_evaluation=_valset_evaluation(ids, evaluation), track_best_outputs=optimizer.track_best_outputs,
+        )
+        self.live.adapter.set_adapter_state(state.adapter_state)
+        self.notify.seed_validated(state, len(ids))
+        return state
+
+    # ------------------------------------------------------------------------------ windows
+    def _start_window(self) -> None:
+        """As gepa's engine starts an iteration: save the state, count the iteration, tell the callbacks."""
+        if self.window_started:
+            return
+        self.window_started, self.accepted_in_window = True, False
+        self._save()
+        self.state.i += 1
+        self.state.full_program_trace.append({"i": self.state.i, "schedule": "async"})
+        self.live.recorder.start(self.state)
+        self.notify.iteration_start(self.state, self.trainset)
+
+    def _end_window(self) -> None:
+        """Write the window's StepRecord and end gepa's iteration; nothing, if the window never began."""
+        if not self.window_started:
+            return
+        self.window_started = False
+        self.live.recorder.end(self.state)
+        self.notify.iteration_end(self.state, self.accepted_in_window)
+
+    def _save(self) -> None:
+        optimizer = self.run.optimizer
+        self.state.adapter_state = dict(self.live.adapter.get_adapter_state())
+        self.state.save(optimizer.log_dir, use_cloudpickle=bool(optimizer.gepa_kwargs.get("use_cloudpickle")))
+        self.notify.state_saved(self.state, optimizer.log_dir)
+
+    # -- step events: each one starts the window it lands in; screening spends what it reserved
+    @override
+    def tasks_sampled(self, tasks: Any) -> None:
+        self._start_window()
+
+    @override
+    def children_screened(self, children: int, improved: int) -> None:
+        self._start_window()
+
+    @override
+    def evaluated(self, phase: Phase, seconds: float, rollouts: int, failures: int) -> None:
+        self._start_window()
+        if phase == "screening":  # validations are spent where their candidates join the state
+            self.guard.spend(self.state, rollouts)
+
+    @override
+    def reflected(self, seconds: float, jobs: int, failed: int) -> None:
+        self._start_window()
+
+    @override
+    def sibling_merged(self, seconds: float, children: int) -> None:
+        self._start_window()
+
+    # ------------------------------------------------------------------------------ proposals
+    def _launch(self, executor: ThreadPoolExecutor, in_flight: dict[Future, str]) -> None:
+        """Start pipelines until ``width`` are in flight or the budget has no room for another."""
+        while sum(kind == "proposal" for kind in in_flight.values()) < self.width:
+            with self.lock:
+                if not self.guard.reserve_proposal(self.state):
+                    return
+                parent = self.parts.candidate_selector.select_candidate_idx(self.state)
+                ids = self.parts.sampler.next_minibatch_ids(self.trainset, self.state)
+                task = ProposalTask(parent, self.state.program_candidates[parent], ids, self.trainset.fetch(ids))
+                self.live.events.tasks_sampled([task])
+            in_flight[executor.submit(contextvars.copy_context().run, self._pipeline, task)] = "proposal"
+
+    def _pipeline(self, task: ProposalTask) -> _Screened | None:
+        """Parent on its minibatch (traced), one reflection, the child on the same minibatch."""
+        adapter, optimizer = self.live.adapter, self.run.optimizer
+        before = adapter.evaluate(task.minibatch, task.parent_candidate, capture_traces=True, phase="screening")
+        perfect = optimizer.skip_perfect_score and optimizer.perfect_score is not None and all(
+            s is not None and s >= optimizer.perfect_score for s in before.scores)  # as gepa's proposer skips
+        if perfect or not before.trajectories:
+            return self._no_child(task)
+        with self.lock:
+            components = self.parts.component_selector(self.state, before.trajectories, before.scores,
+                                                       task.parent_idx, task.parent_candidate)
+        try:
+            dataset = adapter.make_reflective_dataset(task.parent_candidate, before, components)
+        except Exception as error:  # noqa: BLE001 - as gepa: a task whose dataset cannot be built is skipped
+            logger.info("No reflective dataset for parent %d: %s", task.parent_idx, error)
+            return self._no_child(task)
+        reflected = self.parts.reflection.propose((task.parent_candidate, dataset, components))
+        if not reflected.new_texts:
+            return self._no_child(task)
+        child = {**task.parent_candidate, **reflected.new_texts}
+        after = adapter.evaluate(task.minibatch, child, capture_traces=False, phase="screening")
+        proposal = CandidateProposal(
+            candidate=child, parent_program_ids=[task.parent_idx], subsample_indices=list(task.minibatch_ids),
+            subsample_scores_before=list(before.scores), subsample_scores_after=list(after.scores),
+            tag="reflective_mutation", metadata=dict(reflected.metadata),
+        )
+        with self.lock:
+            improved = self.acceptance.should_accept(proposal, self.state)
+            self.live.events.children_screened(1, int(improved))
+        return _Screened(proposal, improved)
+
+    def _no_child(self, task: ProposalTask) -> None:
+        """The pipeline ends after its parent's screening: the child's reserved calls are not needed."""
+        with self.lock:
+            self.guard.release(len(task.minibatch))
+
+    def _screened(self, screened: _Screened | None) -> list[CandidateProposal]:
+        """An improving child queues for validation; any other is rejected now."""
+        if screened is None:
+            return []
+        if screened.improved:
+            return [screened.proposal]
+        self.notify.rejected(self.state, screened.proposal, "no improvement on the minibatch")
+        return []
+
+    # ------------------------------------------------------------------------------ validation
+    def _validate(self, executor: ThreadPoolExecutor, in_flight: dict[Future, str],
+                  batch: list[CandidateProposal]) -> None:
+        """Reserve the validations the selection may ask for, then select and validate off the driver
+        thread (a sibling merge's reflection call must not hold up the pipelines)."""
+        with self.lock:
+            room = self.guard.reserve_validations(self.state, selections.kept(self.run.optimizer.selection, len(batch)))
+        if room == 0:
+            for proposal in batch:
+                self.notify.rejected(self.state, proposal, "no budget left to validate it")
+            return
+        in_flight[executor.submit(contextvars.copy_context().run, self._select_and_validate, batch, room)] = "validation"
+
+    def _select_and_validate(self, batch: list[CandidateProposal], room: int) -> _Validated:
+        selected = self.parts.selection.select_within(batch, self.state, self.acceptance, room)
+        with self.lock:
+            self.guard.release((room - len(selected)) * self.guard.valset_size)
+        ids = list(self.valset.all_ids())
+        examples = self.valset.fetch(ids)
+        evaluations = self.live.adapter.batch_evaluate([(p.candidate, examples) for p in selected],
+                                                       capture_traces=False, phase="validation")
+        chosen = {id(p) for p in selected}
+        return _Validated(selected, [_valset_evaluation(ids, e) for e in evaluations],
+                          [p for p in batch if id(p) not in chosen])
+
+    def _validated(self, validated: _Validated) -> None:
+        """The validated candidates join gepa's state; their window ends where the next one can begin."""
+        state = self.state
+        with self.lock:
+            for proposal in validated.passed_over:
+                self.notify.rejected(state, proposal, "not selected for validation")
+            if not validated.selected:
+                return
+            self._start_window()
+            for proposal, evaluation in zip(validated.selected, validated.evaluations, strict=True):
+                discovered_at, front_before = state.total_num_evals, pareto_front(state)
+                self.guard.spend(state, len(evaluation.scores_by_val_id))
+                state.num_full_ds_evals += 1
+                index = state.update_state_with_new_program(
+                    parent_program_idx=proposal.parent_program_ids, new_program=proposal.candidate,
+                    valset_evaluation=evaluation, run_dir=self.run.optimizer.log_dir,
+                    num_metric_calls_by_discovery_of_new_program=discovered_at,
+                )
+                state.full_program_trace[-1].setdefault("new_program_indices", []).append(index)
+                self.live.recorder.accepted(index)
+                self.notify.validated(state, index, proposal, evaluation, len(self.valset), front_before)
+            self.accepted_in_window = True
+            self._end_window()
+
+
+def _valset_evaluation(ids: list[Any], evaluation: Any) -> ValsetEvaluation:
+    objectives = list(evaluation.objective_scores) if evaluation.objective_scores else None
+    return ValsetEvaluation(
+        outputs_by_val_id=dict(zip(ids, evaluation.outputs, strict=False)),
+        scores_by_val_id=dict(zip(ids, evaluation.scores, strict=False)),
+        objective_scores_by_val_id=dict(zip(ids, objectives, strict=False)) if objectives else None,
+    )

@@ -1,0 +1,66 @@
+"""gepa's pieces, configured for one run: what both schedules drive.
+
+gepa's step loop and the asynchronous schedule draw parents, minibatches and the components
+to rewrite with the same gepa strategies, reflect with the same pooled reflection and pick
+which improving children to validate with the same budget-capped selection. They are built
+here, once per run, from the prepared run and its live parts.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from gepa.proposer.reflective_mutation.base import CandidateSelector
+from gepa.strategies.proposal_selection import SelectionStrategy
+
+from dspy_pxn import selection as selections
+from dspy_pxn.merge import SiblingMerge
+from dspy_pxn.reflection import PooledReflection
+from dspy_pxn.resume import RunCheckpoint
+from dspy_pxn.run import Live, Run
+from dspy_pxn.strategies import (
+    CANDIDATE_SELECTORS,
+    BudgetCappedSelection,
+    SequentialMinibatchSampler,
+    component_selector,
+)
+
+
+@dataclass(frozen=True)
+class GepaParts:
+    """The run's parent selector, minibatch sampler, component selector, reflection and selection."""
+
+    candidate_selector: CandidateSelector
+    sampler: SequentialMinibatchSampler
+    component_selector: Any  # a gepa ReflectionComponentSelector
+    reflection: PooledReflection
+    selection: BudgetCappedSelection
+
+    @classmethod
+    def of(cls, run: Run, live: Live) -> GepaParts:
+        optimizer = run.optimizer
+        # One RNG shared by parent selection and minibatch shuffling, as gepa.optimize does,
+        # so a 1×1 run draws the same parents and minibatches as dspy.GEPA.
+        rng = random.Random(optimizer.seed)
+        sampler = SequentialMinibatchSampler(optimizer.reflection_minibatch_size, rng)
+        # Their state is saved with gepa's, through the adapter's state hook (dspy_pxn.resume).
+        live.adapter.checkpoint = RunCheckpoint(run.description.resume_settings(), sampler, rng)
+        selector = optimizer.candidate_selection_strategy
+        return cls(
+            candidate_selector=CANDIDATE_SELECTORS[selector](rng) if isinstance(selector, str) else selector,
+            sampler=sampler,
+            component_selector=component_selector(optimizer.component_selector),
+            reflection=PooledReflection(live.adapter, run.reflection_lm, live.pool, live.events),
+            selection=BudgetCappedSelection(selection_strategy(run, live), run.guard, live.events),
+        )
+
+
+def selection_strategy(run: Run, live: Live) -> SelectionStrategy:
+    """The gepa selection strategy the run asked for; a sibling merge needs the reflection LM and the pool."""
+    selection = run.optimizer.selection
+    if selection in selections.MERGES:
+        return SiblingMerge(run.reflection_lm, live.pool, code_components=run.code_components,
+                            keep_best=selection == "merge+best", events=live.events)
+    return selections.strategy(selection)

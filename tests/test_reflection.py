@@ -1,0 +1,93 @@
+"""Pooled reflection: every reflection of a step at once, dspy's own proposer per call, failures contained."""
+
+import threading
+
+import dspy
+from dspy.teleprompt.gepa.instruction_proposal import InstructionProposer
+
+from dspy_pxn import BatchedGEPA
+from dspy_pxn import testing as sim
+from dspy_pxn.adapter import BatchedAdapter
+from dspy_pxn.events import StepEvents, StepListener, override
+from dspy_pxn.pools import ThreadWorkerPool
+from dspy_pxn.reflection import FEEDBACK_KEY, PooledReflection, mutation_rollout_ids
+from tests.conftest import seed_program
+
+REFLECTIVE = {"predict": [{"Inputs": {"question": "Apply rule zorp to 3."}, "Generated Outputs": {"answer": "3"},
+                           "Feedback": "Wrong: expected 10. Rule definition: zorp(x) = 3*x + 1."}]}
+
+
+class Reflections(StepListener):
+    def __init__(self):
+        self.heard: list[tuple[int, int]] = []
+
+    @override
+    def reflected(self, seconds, jobs, failed):
+        self.heard.append((jobs, failed))
+
+
+def adapter_with(pool, **kwargs):
+    return BatchedAdapter(student_module=seed_program(), metric_fn=sim.metric, feedback_map={}, pool=pool, **kwargs)
+
+
+def test_repeated_parents_get_distinct_rollout_ids():
+    a, b = {"x": "a"}, {"x": "b"}
+    jobs = [(a, {}, ["x"]), (a, {}, ["x"]), (b, {}, ["x"]), (dict(a), {}, ["x"])]
+    assert mutation_rollout_ids(jobs) == [None, 1, None, 2]
+
+
+def test_a_failed_reflection_drops_only_its_proposal_and_is_reported():
+    builtin = InstructionProposer()
+
+    def flaky_proposer(candidate, reflective_dataset, components_to_update):
+        if candidate["predict"] == "Instruction 1.":
+            raise RuntimeError("provider returned 500")
+        return builtin(candidate, reflective_dataset, components_to_update)
+
+    heard = Reflections()
+    with ThreadWorkerPool(3) as pool:
+        reflection = PooledReflection(adapter_with(pool, custom_instruction_proposer=flaky_proposer),
+                                      sim.SimulatedLM(), pool, StepEvents([heard]))
+        jobs = [({"predict": f"Instruction {i}."}, REFLECTIVE, ["predict"]) for i in range(3)]
+        proposals = [p for p, _ in reflection.reflect_many(jobs)]
+    assert [bool(p.new_texts) for p in proposals] == [True, False, True]
+    assert heard.heard == [(3, 1)]
+    assert "provider returned 500" in proposals[1].metadata["reflection_error"]
+    assert all("zorp(x) =" in p.new_texts["predict"] for p in proposals if p.new_texts)
+
+
+def test_a_rewrite_carries_the_feedback_it_was_made_from():
+    with ThreadWorkerPool(1) as pool:
+        proposal = PooledReflection(adapter_with(pool), sim.SimulatedLM(), pool).propose(
+            ({"predict": "Instruction."}, REFLECTIVE, ["predict"]))
+    assert proposal.metadata[FEEDBACK_KEY]["predict"] == "- Wrong: expected 10. Rule definition: zorp(x) = 3*x + 1."
+
+
+def test_one_reflection_runs_in_its_callers_thread_never_on_a_rollout_worker():
+    """The async schedule's pipelines reflect while every worker may be busy with rollouts."""
+    worker_busy, release = threading.Event(), threading.Event()
+    with ThreadWorkerPool(1) as pool:
+        blocker = threading.Thread(target=lambda: pool.map(lambda _: (worker_busy.set(), release.wait(30)), [0]))
+        blocker.start()
+        assert worker_busy.wait(30)
+        try:  # the only worker is held: a reflection that needed it would wait for `release`
+            proposal = PooledReflection(adapter_with(pool), sim.SimulatedLM(), pool).propose(
+                ({"predict": "Instruction."}, REFLECTIVE, ["predict"]))
+        finally:
+            release.set()
+            blocker.join()
+    assert "zorp(x) =" in proposal.new_texts["predict"]
+
+
+def test_all_reflections_of_a_step_run_concurrently(splits):
+    reflection_lm = sim.SimulatedLM(reflection_latency=0.3)
+    train, val, _ = splits
+    with dspy.context(lm=sim.SimulatedLM()):
+        result = BatchedGEPA(metric=sim.metric, p=2, n=2, max_metric_calls=80, reflection_lm=reflection_lm,
+                             num_threads=8, schedule="steps", selection="all").compile(
+            seed_program(), trainset=train, valset=val).detailed_results
+    stats = reflection_lm.stats()
+    widths = [s.width for s in result.steps]
+    assert stats["calls"]["reflection"] >= sum(widths) - sum(s.reflection_failures for s in result.steps)
+    # The 4 reflections of a step overlap: the model saw 4 calls in flight at once.
+    assert stats["max_in_flight"]["reflection"] == 4 == max(widths)
