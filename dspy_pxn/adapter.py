@@ -28,13 +28,12 @@ from dspy.primitives import Example
 from dspy.primitives.code_interpreter import CodeInterpreterError
 from dspy.teleprompt.gepa.gepa_utils import DspyAdapter
 from gepa import EvaluationBatch
-from gepa.core.state import _candidate_hash
 from gepa.strategies.proposal_sampling import ProposalTask
 
 from dspy_pxn.events import Phase, StepEvents, StepListener, override
 from dspy_pxn.pools import WorkerPool
 from dspy_pxn.resume import CHECKPOINT_KEY, RunCheckpoint
-from dspy_pxn.rollout import CandidateRollouts, RolloutResult, metric_fails_everywhere
+from dspy_pxn.rollout import CandidateRollouts, RolloutResult, candidate_key, metric_fails_everywhere
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +71,7 @@ class BatchedAdapter(DspyAdapter, StepListener):
 
     def _rollout_function(self) -> CandidateRollouts:
         """One rollout function for the whole run, so a remote pool ships it (and the student) once."""
+        # Private in dspy: which components are dspy.Flex code, as dspy's adapter decided it at construction.
         return CandidateRollouts(self.build_program, self.metric_fn, self.failure_score,
                                  code_components=bool(self._flex_paths))
 
@@ -122,7 +122,7 @@ class BatchedAdapter(DspyAdapter, StepListener):
 
     @staticmethod
     def _batch_key(candidate: dict[str, str], batch: Sequence[Example]) -> tuple[str, tuple[int, ...]]:
-        return _candidate_hash(candidate), tuple(id(example) for example in batch)
+        return candidate_key(candidate), tuple(id(example) for example in batch)
 
     def _wants_traces(self, candidate: dict[str, str], batch: Sequence[Example]) -> bool:
         key = self._batch_key(candidate, batch)
@@ -170,7 +170,7 @@ class BatchedAdapter(DspyAdapter, StepListener):
             if not builds:
                 failures += len(batch)
                 scored += len(batch)
-                evaluations.append(self._make_evaluation_batch([None] * len(batch), [None] * len(batch), [] if capture else None))
+                evaluations.append(self.scores_only([None] * len(batch), [] if capture else None))
                 continue
             evaluations.append(self._to_evaluation_batch(batch, [next(remaining) for _ in batch], capture))
         self.events.evaluated(phase, time.perf_counter() - start, scored, failures)
@@ -186,6 +186,16 @@ class BatchedAdapter(DspyAdapter, StepListener):
             return False
         return True
 
+    def scores_only(self, raw_scores: Sequence[Any], trajectories: list | None = None) -> EvaluationBatch:
+        """An evaluation with scores and no outputs: a saved seed validation, or a candidate that cannot be built."""
+        return self._evaluation_batch([None] * len(raw_scores), raw_scores, trajectories)
+
+    def _evaluation_batch(self, outputs: list[Any], raw_scores: Sequence[Any], trajectories: list | None
+                          ) -> EvaluationBatch:
+        # Private in dspy: its one conversion of raw metric results (numbers, or Predictions with a score and
+        # objective scores) into gepa's batch, failures scored failure_score. There is no public way.
+        return self._make_evaluation_batch(outputs=outputs, raw_scores=list(raw_scores), trajectories=trajectories)
+
     def _to_evaluation_batch(self, batch: Sequence[Example], results: list[RolloutResult], capture: bool) -> EvaluationBatch:
         trajectories = None
         if capture:
@@ -194,11 +204,7 @@ class BatchedAdapter(DspyAdapter, StepListener):
                 for index, (example, r) in enumerate(zip(batch, results, strict=True))
                 if r.trace is not None
             ]
-        return self._make_evaluation_batch(
-            outputs=[r.prediction for r in results],
-            raw_scores=[r.score for r in results],
-            trajectories=trajectories,
-        )
+        return self._evaluation_batch([r.prediction for r in results], [r.score for r in results], trajectories)
 
 
 def unique_minibatches(tasks: Sequence[ProposalTask]) -> list[tuple[dict[str, str], list]]:

@@ -151,6 +151,11 @@ def warn_once_per_metric(metric: Any, kind: str, message: str, *args: Any) -> No
                    *args)
 
 
+def score_of(outcome: Any) -> Any:
+    """A GEPA metric's score: the number it returned, or the ``score`` of the dspy.Prediction it returned."""
+    return outcome["score"] if hasattr(outcome, "score") else outcome
+
+
 def metric_score_problem(outcome: Any, metric: Any = None) -> str | None:
     """Why a metric's return value cannot be a GEPA score, or None when it can.
 
@@ -158,7 +163,7 @@ def metric_score_problem(outcome: Any, metric: Any = None) -> str | None:
     feedback=...)) holding one. Refused: None, NaN/inf, strings and other types — gepa would
     add them up deep in its state (a string) or carry NaN into every aggregate.
     """
-    score = outcome["score"] if hasattr(outcome, "score") else outcome
+    score = score_of(outcome)
     hint = "return a float, or dspy.Prediction(score=<float>, feedback=<str>)"
     if score is None:
         return f"returned no score (None); {hint}"

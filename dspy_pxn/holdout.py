@@ -15,18 +15,10 @@ from typing import Any
 import dspy
 from dspy.primitives import Example
 
+from dspy_pxn.checks import score_of
 from dspy_pxn.components import code_components
 from dspy_pxn.pools import WorkerPool
 from dspy_pxn.rollout import run_rollout
-
-
-def score_value(score: Any) -> float:
-    """A GEPA metric may return a number or a Prediction/dict with a ``score``."""
-    if hasattr(score, "score"):
-        score = score.score
-    elif isinstance(score, dict) and "score" in score:
-        score = score["score"]
-    return float(score)
 
 
 def holdout_score(
@@ -39,4 +31,5 @@ def holdout_score(
     """Mean metric score of ``program`` over ``examples`` (failures score ``failure_score``)."""
     code = bool(code_components(program))
     results = pool.map(lambda example: run_rollout(program, example, metric, False, failure_score, code), list(examples))
-    return sum(score_value(result.score) for result in results) / len(results)
+    # Every rollout's score is checked (rollout.run_rollout): a number, or a Prediction with one.
+    return sum(float(score_of(result.score)) for result in results) / len(results)

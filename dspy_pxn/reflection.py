@@ -17,6 +17,7 @@ from typing import Any
 
 import dspy
 from dspy.teleprompt.gepa.gepa_utils import DspyAdapter
+from dspy.teleprompt.gepa.instruction_proposal import InstructionProposer
 from gepa.proposer.reflective_mutation.reflection_lm import ReflectionJob, ReflectionProposal
 
 from dspy_pxn.events import StepEvents
@@ -104,7 +105,8 @@ class PooledReflection:
         self.events = events or StepEvents()
         self._warned_zero_temperature = False
         self._call = ReflectionCall(adapter)
-        builtin = adapter._builtin_instruction_proposer and adapter.custom_code_proposer is None
+        builtin = isinstance(adapter.custom_instruction_proposer, InstructionProposer) and (
+            adapter.custom_code_proposer is None)
         self.remote = builtin and getattr(pool, "remote", False)
 
     def reflect(

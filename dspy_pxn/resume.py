@@ -67,12 +67,10 @@ def check_resumable(saved: GEPAState, settings: dict[str, Any], log_dir: str) ->
         )
 
 
-def seed_evaluation(adapter: Any, saved: GEPAState, val_size: int) -> Any:
-    """The seed's saved valset scores, shaped as the evaluation gepa re-requests on start."""
+def saved_seed_scores(saved: GEPAState, val_size: int) -> list[Any]:
+    """The seed's saved valset scores, in valset order: they answer the seed validation gepa re-requests on start."""
     scores = saved.prog_candidate_val_subscores[0]
-    return adapter._make_evaluation_batch(
-        outputs=[None] * val_size, raw_scores=[scores.get(i) for i in range(val_size)], trajectories=None
-    )
+    return [scores.get(i) for i in range(val_size)]
 
 
 class RunCheckpoint:
@@ -82,7 +80,6 @@ class RunCheckpoint:
         self.settings = settings
         self.sampler = sampler
         self.rng = rng
-        self.resumed_from_step: int | None = None
 
     def snapshot(self) -> dict[str, Any]:
         return {

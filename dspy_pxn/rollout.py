@@ -6,6 +6,8 @@ arguments, so a remote pool can ship it) and the unit the budget counts: one met
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -14,9 +16,9 @@ from typing import Any
 import dspy
 from dspy.primitives import Example, Prediction
 from dspy.teleprompt.bootstrap_trace import FailedPrediction
+# Private in dspy: how dspy.GEPA hands a dspy.Flex program's execution trace to the metric; no public way.
 from dspy.teleprompt.gepa.gepa_flex_utils import _metric_scoring_kwargs
 from dspy.utils.exceptions import AdapterParseError
-from gepa.core.state import _candidate_hash
 
 from dspy_pxn import checks, usage
 from dspy_pxn.memo import LruMemo
@@ -94,6 +96,11 @@ def run_rollout(
     return RolloutResult(prediction, score, trace if capture_trace else None)
 
 
+def candidate_key(candidate: dict[str, str]) -> str:
+    """A candidate's identity: the same texts under the same names, whatever their order."""
+    return hashlib.sha256(json.dumps(sorted(candidate.items())).encode()).hexdigest()
+
+
 # RolloutResult.error starts with this when the metric, not the program, failed.
 METRIC_PROBLEM = "metric "
 
@@ -125,7 +132,7 @@ class CandidateRollouts:
 
     def program(self, candidate: dict[str, str]) -> dspy.Module:
         """The candidate's program, built on first use; a candidate that cannot be built raises."""
-        return self._programs.get(_candidate_hash(candidate), lambda: self.build(candidate))
+        return self._programs.get(candidate_key(candidate), lambda: self.build(candidate))
 
     def __call__(self, task: tuple[dict[str, str], Example, bool]) -> RolloutResult:
         candidate, example, capture = task

@@ -37,7 +37,7 @@ from dspy_pxn.holdout import holdout_score
 from dspy_pxn.pools import ThreadWorkerPool, WorkerPool
 from dspy_pxn.records import StepLog, StepRecorder
 from dspy_pxn.result import BatchedGEPAResult
-from dspy_pxn.tracker import TrackedRun, quietly, run_tracker, start_tracked_run
+from dspy_pxn.tracker import TrackedRun, quietly, effective_tracker, start_tracked_run
 from dspy_pxn.usage import UsageMeter, warn_if_answered_from_cache
 
 if TYPE_CHECKING:  # a type only: the optimizer builds a Run, a Run never calls back into it
@@ -110,7 +110,7 @@ class Run:
         tracked_run: TrackedRun | None = None
         try:
             usage, lm_calls = UsageMeter(), limits.LMCallCounter()
-            tracker = run_tracker(optimizer.tracker, optimizer.mlflow)
+            tracker = effective_tracker(optimizer.tracker, optimizer.mlflow)
             tracked_run = start_tracked_run(tracker, self.description, log_dir=optimizer.log_dir, usage=usage)
             log_dir = optimizer.log_dir or (tracked_run.log_dir if tracked_run is not None else None)
             step_log = StepLog(log_dir) if log_dir is not None else None
@@ -163,7 +163,8 @@ class Run:
         completed = saved.i + 1
         logger.info("Resuming from log_dir=%s after step %d (%d of %d metric calls spent).",
                     self.optimizer.log_dir, completed, saved.total_num_evals, self.shape.budget)
-        adapter.replay_once(self.seed_candidate, self.valset, resume.seed_evaluation(adapter, saved, len(self.valset)))
+        scores = resume.saved_seed_scores(saved, len(self.valset))
+        adapter.replay_once(self.seed_candidate, self.valset, adapter.scores_only(scores))
         if step_log is not None:
             recorder.steps = step_log.keep_first(completed)
 
@@ -189,13 +190,19 @@ class Run:
                 **{f.name: getattr(base, f.name) for f in fields(DspyGEPAResult)},
                 steps=tuple(live.recorder.steps), budget=self.shape.budget, num_workers=live.pool.num_workers,
                 wall_s=wall_s, test_score=test_score, usage=usage, lm_call_counts=lm_call_counts,
-                mlflow_run_id=live.tracked_run.run_id if live.tracked_run is not None else None,
+                mlflow_run_id=tracked_run_id(live.tracked_run),
             )
             if optimizer.track_stats:
                 program.detailed_results = details
         if live.tracked_run is not None:
             quietly("finish", lambda: live.tracked_run.finish(program, details))
         return program
+
+
+def tracked_run_id(tracked_run: TrackedRun | None) -> str | None:
+    """The tracked run's id, if it has one a user can look up."""
+    run_id = getattr(tracked_run, "run_id", None)
+    return run_id if isinstance(run_id, str) else None
 
 
 @dataclass

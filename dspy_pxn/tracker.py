@@ -129,7 +129,7 @@ def tracker_for(
     return from_arguments(arguments), mlflow
 
 
-def run_tracker(chosen: Tracker | None, mlflow: bool | None) -> Tracker | None:
+def effective_tracker(chosen: Tracker | None, mlflow: bool | None) -> Tracker | None:
     """The tracker that follows this compile: the one chosen, else the enclosing sweep's unless ``mlflow=False``."""
     return chosen or (ambient() if mlflow is not False else None)
 

@@ -45,10 +45,9 @@ def main() -> None:
         seed_test, best_test = evaluate(program).score, evaluate(optimized).score
 
     results = optimized.detailed_results
-    for step in results.steps:
-        print(f"step {step.step}: {step.width} proposals from {step.distinct_parents} parents, "
-              f"{step.accepted} accepted, best val {step.best_val:.2f}, "
-              f"{step.metric_calls_total}/{step.budget} calls, {step.wall_s:.1f} s")
+    for step in results.steps:  # e.g. "step 2: 9 proposals screened (from 3 parents), 2 improved, 1 validated ..."
+        print(f"step {step.step}: {step.summary()}, {step.metric_calls_total}/{step.budget} metric calls, "
+              f"{step.wall_s:.1f} s")
     print(f"\nwall {results.wall_s:.1f} s, {results.total_metric_calls} metric calls of {results.budget}")
     print(f"test: seed {seed_test:.1f}% -> optimized {best_test:.1f}%")
     print(f"optimized instruction:\n{optimized.predict.signature.instructions}")

@@ -181,3 +181,35 @@ def test_a_users_gepa_callbacks_hear_an_async_run_as_they_hear_gepas_loop(splits
     validated = [e["candidate_idx"] for n, e in heard.events if n == "on_valset_evaluated"]
     assert validated == list(range(len(result.candidates)))  # the seed, then each accepted candidate
     assert names.count("on_candidate_rejected") == sum(s.proposals - s.accepted for s in result.steps) > 0
+
+
+# Announced by gepa's engine (GEPAEngine.run), as opposed to its proposer's per-task events.
+ENGINE_EVENTS = {
+    "on_optimization_start", "on_optimization_end", "on_iteration_start", "on_iteration_end", "on_state_saved",
+    "on_valset_evaluated", "on_pareto_front_updated", "on_candidate_accepted", "on_candidate_rejected",
+    "on_budget_updated",
+}
+
+
+def test_the_async_schedule_tells_every_engine_event_with_gepas_own_fields(splits, tmp_path):
+    heard = {}
+    for schedule in ("steps", "async"):
+        heard[schedule] = Heard()
+        run_async_or_steps = BatchedGEPA(metric=sim.metric, p=2, n=2, max_metric_calls=150, num_threads=8,
+                                         schedule=schedule, reflection_lm=sim.SimulatedLM(), callbacks=[heard[schedule]],
+                                         log_dir=str(tmp_path / schedule))
+        train, val, _ = splits
+        with dspy.context(lm=sim.SimulatedLM()):
+            run_async_or_steps.compile(sim.seed_program(), trainset=train, valset=val)
+    by_name = {schedule: {} for schedule in heard}
+    for schedule, listener in heard.items():
+        for name, event in listener.events:
+            by_name[schedule].setdefault(name, set(event))
+    assert ENGINE_EVENTS <= set(by_name["steps"]) and ENGINE_EVENTS <= set(by_name["async"])
+    for name in ENGINE_EVENTS:
+        assert by_name["async"][name] == by_name["steps"][name], name  # the same fields, gepa's event types
+    # gepa's numbering: iterations 1, 2, ... as each starts, the seed's validation at iteration 0.
+    starts = [e["iteration"] for n, e in heard["async"].events if n == "on_iteration_start"]
+    assert starts == list(range(1, len(starts) + 1))
+    seed = next(e for n, e in heard["async"].events if n == "on_valset_evaluated")
+    assert seed["iteration"] == 0 and seed["candidate_idx"] == 0

@@ -36,7 +36,8 @@ def test_optimize_gsm8k_prints_progress_and_summary_and_saves_the_program(sim_lm
     assert cli(["optimize", "gsm8k", "--p", "2", "--n", "1", *sim_lm_flags, *TINY, "--data-dir", data_dir,
                 "--mlflow-uri", store, "--experiment", "cli-opt", "--log-dir", str(log_dir)]) == 0
     out = capsys.readouterr().out
-    assert "step   1 [" in out and "] metric calls" in out and "/24 | best val" in out and "| accepted " in out
+    assert "step   1 [" in out and "] metric calls" in out and "/24 | " in out and " screened" in out
+    assert all(" validated" in line and "best val " in line for line in out.splitlines() if line.startswith("step "))
     bars = [line.split("[")[1].split("]")[0] for line in out.splitlines() if line.startswith("step ")]
     assert [bar.count("#") for bar in bars] == sorted(bar.count("#") for bar in bars), "the bar only grows"
     for needle in ("val:  seed", "test: seed", "wall-clock", "metric calls", "cost ", "[solve.predict]",

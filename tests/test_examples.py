@@ -46,6 +46,10 @@ def test_quickstart(monkeypatch, capsys):
     load_example("quickstart").main()
     out = capsys.readouterr().out
     assert "test: seed" in out and "optimized instruction" in out
+    steps = [line for line in out.splitlines() if line.startswith("step ")]
+    assert steps and all("metric calls" in line for line in steps)
+    # Every printed step did something: screened a proposal or validated a candidate.
+    assert not [line for line in steps if "0 proposals screened" in line and "none validated" in line]
 
 
 def test_optimize_math(sim_lm_flags, tmp_path, capsys):

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-# $DSPY_PXN_DATA_DIR, else the project's shared data folder beside the checkout (where CI
-# copies it), else the developers' machines' location.
-CANDIDATES = (REPO.parent / "shared" / "data", Path("/work/shared/data"))
+# $DSPY_PXN_DATA_DIR, else a data folder beside the checkout (../shared/data, where CI finds it).
+CANDIDATES = (REPO.parent / "shared" / "data",)
 
 
 def shared_data_dir() -> Path | None:

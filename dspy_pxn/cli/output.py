@@ -28,10 +28,9 @@ def budget_bar(used: int, budget: int) -> str:
 
 
 def progress_line(record: StepRecord) -> str:
-    """One line per step: where the budget is, how good the best program is, what this step kept."""
+    """One line per step: where the budget is, and what the step did in a user's words."""
     return (f"step {record.step:>3} {budget_bar(record.metric_calls_total, record.budget)} "
-            f"metric calls {record.metric_calls_total:>5}/{record.budget} | "
-            f"best val {record.best_val:.3f} | accepted {record.accepted}/{record.proposals} | "
+            f"metric calls {record.metric_calls_total:>5}/{record.budget} | {record.summary()} | "
             f"{record.wall_s:.1f} s")
 
 
@@ -40,8 +39,6 @@ def printer(out: TextIO) -> Callable[[StepRecord], None]:
         print(progress_line(record), file=out, flush=True)
 
     return sink
-
-
 
 
 @dataclass(frozen=True)

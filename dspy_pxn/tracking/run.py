@@ -198,7 +198,7 @@ class MlflowRun:
         self._writer: BackgroundWriter | None = None
         if online:
             self._go_online()
-        manifest.save(log_dir)
+        self._save_manifest()
 
     @property
     def run_id(self) -> str | None:
@@ -221,9 +221,12 @@ class MlflowRun:
                 if self.resumed and self._mirror.run_exists(self.manifest.run_id):
                     self._mirror.reopen(self.manifest.run_id)
                 else:
-                    self.manifest.run_id = self._mirror.create_run(self.manifest, self.manifest.parent_run_id)
+                    run_id = self._mirror.create_run(self.manifest, self.manifest.parent_run_id)
+                    if not isinstance(run_id, str):
+                        raise TypeError(f"MLflow returned {run_id!r} as a run id, not a string")
+                    self.manifest.run_id = run_id
                 self._mirror.log_params(self.manifest.run_id, self.manifest.params)
-            except Exception as error:  # noqa: BLE001
+            except Exception as error:  # noqa: BLE001 - an unreachable, broken or stand-in MLflow: go offline
                 reason = f"{type(error).__name__}: {error}"
         if reason is not None:
             self._mirror = None
@@ -281,9 +284,10 @@ class MlflowRun:
 
     # -- end of the run ---------------------------------------------------------------------------
     def finish(self, program: Any, results: Any) -> None:
-        """``results``: the run's BatchedGEPAResult (steps, scores, usage, wall-clock, test score)."""
-        steps = list(results.steps)
-        final = final_metrics(
+        """``results``: the run's BatchedGEPAResult (steps, scores, usage, wall-clock, test score); None when
+        gepa's result could not give them, and the run is recorded finished with its program alone."""
+        steps = list(results.steps) if results is not None else []
+        final = None if results is None else final_metrics(
             steps, max(results.val_aggregate_scores), results.total_metric_calls, len(results.candidates),
             results.wall_s, results.usage, results.test_score,
         )
@@ -294,8 +298,9 @@ class MlflowRun:
             self._save_manifest()
         except Exception as error:  # noqa: BLE001 - results stay in the returned program regardless
             logger.warning("Could not write the run's tables, program or plots to %s: %s", self.log_dir, error)
-        metrics = final.metrics()
-        self._submit(lambda m, run_id: m.log_metrics(run_id, metrics, step=len(steps)))
+        if final is not None:
+            metrics = final.metrics()
+            self._submit(lambda m, run_id: m.log_metrics(run_id, metrics, step=len(steps)))
         self._submit(lambda m, run_id: m.upload(run_id, self.log_dir))
         self._close(runlog.FINISHED)
 
@@ -317,7 +322,7 @@ class MlflowRun:
     def _save_manifest(self) -> None:
         try:
             self.manifest.save(self.log_dir)
-        except OSError as error:
+        except Exception as error:  # noqa: BLE001 - a disk error, or a value that is not JSON: tracking only
             logger.warning("Could not write %s: %s", os.path.join(self.log_dir, runlog.MANIFEST_NAME), error)
 
 
