@@ -2,10 +2,10 @@
 
 A compile is one story, each line a module:
 
-    run = Run.prepare(self, student, trainset, valset)   dspy_pxn.run: every check and decision, once
-    with run.resources() as live:                        the pool, tracker, usage meter, LM counter, adapter
+    run = Run.prepare(self, student, trainset, valset)         dspy_pxn.run: every check and decision, once
+    with run.resources() as live:                              the pool, tracker, usage meter, LM counter
         gepa_result = SCHEDULES[run.schedule].run(run, live)   dspy_pxn.schedules: how the search runs
-        return run.result(gepa_result, live)             the best program, with detailed_results
+        return run.result(gepa_result, live)                   the best program, with detailed_results
 
 and two choices shape the search:
 

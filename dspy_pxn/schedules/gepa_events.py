@@ -76,7 +76,7 @@ class GepaNotifier:
     def validated(self, state: GEPAState, index: int, proposal: CandidateProposal, evaluation: ValsetEvaluation,
                   valset_size: int, front_before: set[int]) -> None:
         """A validated candidate joined the pool: the front's move, its validation, its acceptance."""
-        front_after = {program for programs in state.get_pareto_front_mapping().values() for program in programs}
+        front_after = pareto_front(state)
         self._tell("on_pareto_front_updated", ParetoFrontUpdatedEvent(
             iteration=state.i + 1, new_front=sorted(front_after), displaced_candidates=sorted(front_before - front_after)))
         self._tell("on_valset_evaluated", ValsetEvaluatedEvent(
