@@ -48,6 +48,7 @@ class GSM8KSolver(dspy.Module):
     def __init__(self, instruction: str = SEED_INSTRUCTION) -> None:
         super().__init__()
         self.solve = dspy.ChainOfThought(SolveWordProblem.with_instructions(instruction))
+        self.metric = metric  # its GEPA feedback metric: BatchedGEPA uses it when given none
 
     def forward(self, question: str) -> dspy.Prediction:
         return self.solve(question=question)

@@ -100,6 +100,7 @@ class HoverAgent(dspy.Module):
         self.hops = hops
         self.write_query = dspy.ChainOfThought(WriteQuery)
         self.take_notes = dspy.ChainOfThought(TakeNotes)
+        self.metric = metric  # its GEPA feedback metric: BatchedGEPA uses it when given none
 
     def forward(self, claim: str) -> dspy.Prediction:
         notes: list[str] = []

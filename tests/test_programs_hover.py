@@ -108,6 +108,7 @@ def test_agent_arguments_and_optimizable_predictors(index):
     agent = HoverAgent(index)
     assert [name for name, _ in agent.named_predictors()] == ["write_query.predict", "take_notes.predict"]
     assert agent.deepcopy().retriever is index  # candidates share the (possibly huge) index
+    assert agent.metric is metric  # BatchedGEPA uses the program's own metric when given none
     with pytest.raises(ValueError, match=r"HoverAgent\(k=...\) must be a positive int"):
         HoverAgent(index, k=0)
     with pytest.raises(ValueError, match=r"HoverAgent\(hops=...\) must be a positive int"):

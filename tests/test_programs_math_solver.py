@@ -34,6 +34,13 @@ def test_solver_has_one_optimizable_predictor_with_the_seed_instruction():
     assert MathSolver("Be careful.").solve.predict.signature.instructions == "Be careful."
 
 
+def test_the_solvers_carry_their_metrics_for_batched_gepa():
+    from dspy_pxn.programs import gsm8k
+
+    assert MathSolver().metric is metric and MathSolver().deepcopy().metric is metric
+    assert gsm8k.GSM8KSolver().metric is gsm8k.metric
+
+
 def test_correct_multiple_choice_answer_scores_one(split):
     example = first(split, "amc_")
     pred = run(example, example.answer * 5)
