@@ -34,7 +34,32 @@ STEP_LOG_NAME = "steps.jsonl"
 
 @dataclass
 class StepRecord:
-    """One optimizer iteration. Times are seconds; scores are validation averages."""
+    """One step of a run (with ``schedule="async"``, one validation window). Seconds and validation averages.
+
+    Attributes:
+        step: gepa's iteration number, from 1; a resumed run continues the numbering.
+        kind: ``"reflective"``, or ``"crossover"`` when gepa's crossover (``use_merge``) took the step.
+        width: Proposal tasks sampled: P·N unless the budget narrowed the step (async: pipelines started).
+        distinct_parents: Different parents among them.
+        proposals: Children screened on their minibatch (async: pipelines that finished with a child).
+        improved: Children that beat their parent on the minibatch (the selection may validate fewer).
+        accepted: Candidates fully validated and added to the pool; ``new_candidates`` are their indices.
+        metric_calls: Metric calls spent in this step; ``metric_calls_total`` in the run so far, of ``budget``.
+        best_val: The best validation score in the pool after the step; ``mean_val`` the pool's mean.
+        wall_s: The step's wall-clock. ``screening_s``, ``reflection_s``, ``validation_s`` and
+            ``sibling_merge_s`` are summed over the step's work, so with overlapping work (async)
+            they may add up to more than ``wall_s``.
+        rollouts: Rollouts run; ``rollout_failures`` of them scored as failures.
+        reflection_failures: Reflection calls that proposed nothing.
+        worker_utilisation: Busy worker-seconds over W × ``wall_s``.
+        sibling_merged: Improving children merged into the validated candidate (``selection="merge"``).
+        lm_calls: LM calls billed in the step (calls answered from DSPy's cache are not), with
+            ``prompt_tokens``, ``completion_tokens`` and ``cost_usd`` (None while litellm knows no
+            price for the models); ``cost_usd_total`` is the run's so far.
+        lm_retries: LM attempts beyond the first of a call; ``lm_failures``: calls that failed after
+            their last retry.
+        schedule: ``"steps"`` or ``"async"``.
+    """
 
     step: int
     kind: str  # "reflective", or "crossover": a step gepa's crossover (use_merge=True) took over

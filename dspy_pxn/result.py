@@ -13,7 +13,21 @@ from dspy_pxn.usage import UsageTotals
 
 @dataclass(frozen=True)
 class BatchedGEPAResult(DspyGEPAResult):
-    """dspy.GEPA's detailed results plus the per-step records and run totals."""
+    """dspy.GEPA's detailed results (``program.detailed_results``), plus the run's own record.
+
+    Everything of dspy's ``DspyGEPAResult`` is here: ``candidates`` (programs), ``parents``,
+    ``val_aggregate_scores``, ``val_subscores``, ``best_idx``, ``total_metric_calls``, ...
+
+    Attributes:
+        steps: One ``StepRecord`` per step (per validation window with ``schedule="async"``).
+        budget: The run's budget in metric calls.
+        num_workers: W, the pool's size.
+        wall_s: The search's wall-clock, without the held-out evaluation.
+        test_score: The best program's mean score on ``testset``, or None without one.
+        usage: LM calls, tokens and dollars of the search (``UsageTotals``).
+        mlflow_run_id: The tracked run's id, or None when the run was not tracked.
+        lm_call_counts: LM calls, attempts, retries and failures of the search (``LMCallCounts``).
+    """
 
     steps: tuple[StepRecord, ...] = ()
     budget: int = 0

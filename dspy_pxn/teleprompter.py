@@ -56,62 +56,108 @@ OWNED_GEPA_KWARGS = (
 
 
 class BatchedGEPA(dspy.GEPA):
-    """dspy.GEPA that proposes P×N children per step and evaluates them concurrently.
+    """dspy.GEPA with P×N proposals per step, one worker pool for every rollout, and an exact budget.
 
-    Every argument of ``dspy.GEPA.__init__`` is accepted with its meaning; the defaults
-    differ only for ``metric`` (optional), ``use_merge`` (off) and ``track_stats`` (on).
-    Beyond dspy.GEPA:
+    Every argument of ``dspy.GEPA`` is accepted with its meaning; the defaults differ only for
+    ``metric`` (optional), ``use_merge`` (off) and ``track_stats`` (on). With ``p=1, n=1`` the run
+    proposes the same candidates as dspy.GEPA for the same seed and a deterministic LM (with
+    ``use_merge=False``), stopping at the last step that fits the budget instead of overshooting it.
 
-        metric: optional: without it the program's own ``program.metric`` is used. A plain
-            DSPy metric ``(gold, pred, trace=None)`` is accepted too (score-only feedback).
-        auto / max_full_evals / max_metric_calls: at most one; with none, ``auto="light"``.
-        reflection_lm: optional: without it the task LM (``dspy.settings.lm`` at compile)
-            reflects, and the run says so once.
-        p: parents per step, distinct when the Pareto front has that many.
-        n: mutations per parent, each on its own minibatch.
-        num_threads: W, the one pool shared by all rollouts and reflection calls of a
-            step. Default: enough for one step's screening (P·N·minibatch), and at
-            least ``dspy.settings.num_threads``. Under ``schedule='async'`` W bounds the
-            rollouts and the P·N pipelines reflect in their own threads beside them; cap all
-            LM calls at once with ``max_concurrent_lm_calls``.
-        selection: which improving children are fully validated: 'all' (the paper's
-            AllImprovements), 'best', an int k (top-k), 'merge' (the improving children
-            merged into one candidate by one reflection call: ``dspy_pxn.merge``), 'merge+best'
-            (that merge and the best child), or a gepa SelectionStrategy. Default: 'all' at
-            P·N = 1 (dspy.GEPA's behaviour), 'merge' above it (README "Performance": validating
-            sixteen siblings one by one buys speed and loses held-out score; merging keeps both).
-        schedule: 'steps' (gepa's step loop: a barrier after each step's screening and after
-            its validation) or 'async' (``dspy_pxn.schedules.asynchronous``: P·N proposal
-            pipelines always in flight, no barrier). Default: 'async' at P·N > 1 unless ``use_merge``,
-            ``use_wandb`` or ``gepa_kwargs`` that only gepa's step loop reads (e.g.
-            ``cache_evaluation``) are given, else 'steps'.
-        callbacks: gepa callbacks, notified alongside the step recorder.
-        step_sinks: callables receiving each ``StepRecord`` as it is written.
-        pool: a WorkerPool to run rollouts on (default: a thread pool of num_threads,
-            created and closed by each compile; a pool passed here is left open), or "ray"
-            for a ``dspy_pxn.pools.ray.RayWorkerPool`` of num_threads slots on the cluster at
-            ``RAY_ADDRESS`` (a local Ray when unset), created and closed by each compile.
-        testset: held-out examples scored once, after the search, on the same pool
-            (``detailed_results.test_score``; MLflow ``test_score``). Given here, not to
-            ``compile``, so ``compile`` keeps DSPy's signature; the search never sees it.
-        tracker: a ``dspy_pxn.tracker.Tracker`` that follows each compile, e.g.
-            ``dspy_pxn.tracking.MlflowTracker(experiment="hover")``.
-        use_mlflow / mlflow, tracking_uri, experiment, run_name, run_tags: shorthands for an
-            MLflow tracker. Any of the last four implies tracking; with none, runs go to
-            MLflow's default local store in the working directory. Inside ``with
-            dspy_pxn.tracking.sweep(...)`` a run is tracked as a nested child unless
-            ``mlflow=False``. Tracking never stops or slows the search.
-        use_wandb, wandb_api_key, wandb_init_kwargs: passed on to gepa's own Weights &
-            Biases logging, as dspy.GEPA does.
-        max_concurrent_lm_calls: at most this many LM calls in progress at once, over the
-            task, per-predictor and reflection LMs, whatever ``num_threads`` is (providers
-            limit requests, not workers); a ``dspy_pxn.limits.LMCallLimiter`` to share one
-            cap between runs. Retries and failures are counted either way
-            (``StepRecord.lm_retries``/``lm_failures``, ``detailed_results.lm_call_counts``).
+    Args:
+        metric: GEPA's feedback metric ``(gold, pred, trace=None, pred_name=None, pred_trace=None)``,
+            returning a score or ``dspy.Prediction(score=..., feedback=...)``; a plain DSPy metric
+            ``(gold, pred, trace=None)`` works too (its feedback is the score alone). Default: the
+            program's own ``program.metric``, which every ready-made program carries.
+        p: Parents per step, distinct whenever the Pareto front has that many. Default 1. Raise it
+            (with ``n``) to fill a larger pool: P·N·``reflection_minibatch_size`` rollouts run at once.
+        n: Mutations drawn per parent, each on its own minibatch. Default 1. Prefer more parents
+            (``p``) to more mutations; ``n`` helps when the front holds only a few candidates.
+        auto: dspy.GEPA's budget presets, ``"light"``, ``"medium"`` or ``"heavy"``, turned into metric
+            calls from the program's size and the valset as dspy.GEPA does. Default: ``"light"`` when
+            no budget is given (the run says the number it comes to).
+        max_full_evals: The budget as a number of full passes over train + val. Give at most one of
+            ``auto``, ``max_full_evals`` and ``max_metric_calls``.
+        max_metric_calls: The budget in metric calls (one program run on one example, scored),
+            never exceeded. A budget that cannot pay for one step (2·|val| + 2·minibatch) is refused.
+        reflection_lm: The LM that rewrites instructions. Default: the task LM at compile time (the
+            run says so); a stronger, slower model usually finds better instructions.
+        num_threads: W, the one pool every rollout shares. Default: enough for one step's screening
+            (P·N·minibatch) and at least ``dspy.settings.num_threads``. Set it to the concurrency
+            your provider allows; cap LM calls separately with ``max_concurrent_lm_calls``.
+        selection: Which improving children are fully validated: ``"all"`` (the paper's
+            AllImprovements), ``"best"``, an int k (the top k), ``"merge"`` (their lessons merged
+            into the pool's best candidate by one reflection call, the sibling merge),
+            ``"merge+best"`` (that merge and the best child), or a gepa ``SelectionStrategy``.
+            Default: ``"all"`` at 1×1 (dspy.GEPA's), ``"merge"`` above it, which keeps held-out
+            quality at width; ``"all"`` is faster and shallower.
+        reflection_minibatch_size: Training examples each parent and child is screened on (m).
+            Default 3. Larger minibatches show the reflection more feedback and cost 2·m calls per
+            proposal.
+        candidate_selection_strategy: How parents are drawn: ``"pareto"`` (default), ``"current_best"``,
+            ``"epsilon_greedy"``, ``"top_k_pareto"``, or a gepa ``CandidateSelector``.
+        component_selector: Which components a reflection rewrites: ``"round_robin"`` (default, one
+            at a time), ``"all"``, or a gepa ``ReflectionComponentSelector`` or function.
+        use_merge: gepa's crossover (two candidates' components recombined, in a step of its own).
+            Default off, so steps of every P×N are the same kind of work; needs ``schedule="steps"``.
+        max_merge_invocations: At most this many crossovers per run (with ``use_merge``). Default 5.
+        skip_perfect_score: Skip reflecting on a parent that is already perfect on its minibatch.
+            Default True.
+        add_format_failure_as_feedback: Show output-format failures to the reflection LM as feedback.
+            Default False, as in dspy.GEPA.
+        instruction_proposer: A custom proposer of new instructions (dspy.GEPA's
+            ``ProposalFn``); it runs on the driver, where it may keep state. Default: dspy's own.
+        code_proposer: A custom proposer of ``dspy.Flex`` source. Default: dspy's own.
+        failure_score: The score of a rollout that fails (a program or metric error). Default 0.0.
+        perfect_score: The best score your metric gives, for ``skip_perfect_score``. Default 1.0.
+        log_dir: A directory for gepa's state, the step log (``steps.jsonl``) and run files. Give
+            one to resume a run after a crash by compiling again with the same ``log_dir``.
+        track_stats: Attach ``detailed_results`` (a ``BatchedGEPAResult``) to the returned program.
+            Default True.
+        use_wandb: Log to Weights & Biases through gepa's own logging (needs ``wandb`` and the step
+            schedule, chosen for you).
+        wandb_api_key: Passed on to gepa's Weights & Biases logging.
+        wandb_init_kwargs: Passed on to gepa's Weights & Biases logging.
+        track_best_outputs: Keep the best outputs per validation example in the results (needs
+            ``track_stats``). Default False.
+        warn_on_score_mismatch: Warn when a metric's score for a predictor differs from its score
+            for the program, as dspy.GEPA does. Default True.
+        use_mlflow: Track each compile as an MLflow run (dspy-pxn's tracking, not gepa's); the same
+            as ``mlflow=True``. Default False.
+        seed: Seeds parent selection and minibatch sampling. Default 0. The step schedule is
+            deterministic for a seed and a deterministic LM; the async one is not.
+        gepa_kwargs: More ``gepa.optimize`` arguments (e.g. ``{"cache_evaluation": True}``, which needs
+            the step schedule). BatchedGEPA's own strategies (sampling, selection, reflection,
+            batch sampler, budget, stoppers, callbacks) cannot be overridden here.
+        display_progress_bar: Show gepa's progress bar (step schedule). Default False.
+        pool: Where rollouts run: a ``WorkerPool`` you own (left open), ``"ray"`` for a
+            ``RayWorkerPool`` of ``num_threads`` slots on the cluster at ``RAY_ADDRESS``, or None for
+            a thread pool of ``num_threads`` (default). A pool made by a compile is closed by it.
+        callbacks: gepa callbacks, told what gepa's engine tells them under either schedule.
+        step_sinks: Callables that receive each ``StepRecord`` as it is written (progress lines,
+            your own dashboard).
+        testset: Held-out examples scored once after the search, on the same pool, never seen by it
+            (``detailed_results.test_score``). Given here so that ``compile`` keeps DSPy's signature.
+        tracker: A ``dspy_pxn.tracker.Tracker`` that follows each compile, e.g.
+            ``dspy_pxn.tracking.MlflowTracker(experiment="hover")``. Tracking never stops the search.
+        mlflow: True tracks in MLflow; False keeps this run out of an enclosing ``sweep``. Default:
+            tracked only inside a sweep or when another tracking argument is given.
+        tracking_uri: The MLflow tracking URI (implies ``mlflow=True``). Default: MLflow's own
+            (``MLFLOW_TRACKING_URI``, else ``./mlflow.db``).
+        experiment: The MLflow experiment (implies ``mlflow=True``). Default ``"dspy-pxn"``.
+        run_name: The MLflow run's name (implies ``mlflow=True``). Default ``"BatchedGEPA PxN ..."``.
+        run_tags: Tags for the MLflow run (implies ``mlflow=True``).
+        max_concurrent_lm_calls: At most this many LM calls in progress at once, over the task,
+            per-predictor and reflection LMs, whatever ``num_threads`` is (providers limit requests,
+            not workers); an ``LMCallLimiter`` shares one cap between runs. Default: no cap. Retries
+            and failures are counted either way.
+        schedule: ``"steps"`` (gepa's step loop: each step waits for its slowest call) or ``"async"``
+            (P·N proposal pipelines always in flight, no step barrier). Default: ``"async"`` above
+            1×1, unless ``use_merge``, ``use_wandb`` or ``gepa_kwargs`` that only gepa's loop reads
+            are given; ``"steps"`` at 1×1.
 
-    With ``p=1, n=1`` the run proposes the same candidates as dspy.GEPA for the same
-    seed and a deterministic LM (dspy.GEPA with ``use_merge=False``), stopping at the
-    last step that fits the budget instead of overshooting it.
+    Raises:
+        ValueError: An argument that cannot work, named with the fix (also an ``AssertionError``
+            where dspy.GEPA raises one, so code written for dspy.GEPA keeps catching it).
     """
 
     def __init__(
@@ -253,7 +299,24 @@ class BatchedGEPA(dspy.GEPA):
         teacher: Module | None = None,
         valset: list[Example] | None = None,
     ) -> Module:
-        """Optimize ``student``; returns the best program (with ``.detailed_results`` when ``track_stats``)."""
+        """Optimize ``student`` and return the best program found.
+
+        Args:
+            student: The DSPy program to optimize; its instructions (and any ``dspy.Flex`` source) are
+                what GEPA rewrites. It is not modified.
+            trainset: Examples the reflection learns from (minibatches), with their inputs marked
+                (``dspy.Example(...).with_inputs(...)``).
+            teacher: Not supported by GEPA; must be None.
+            valset: Examples every accepted candidate is scored on. Default: the trainset (with a
+                warning: scores are then optimistic).
+
+        Returns:
+            The best candidate as a program of the student's class, with ``detailed_results`` (a
+            ``BatchedGEPAResult``) when ``track_stats``.
+
+        Raises:
+            ValueError: Bad input, before any LM call: data, metric, budget or ``log_dir``.
+        """
         if teacher is not None:
             raise checks.ArgumentError("teacher is not supported by GEPA; pass teacher=None.")
         run = Run.prepare(self, student, trainset, valset)
