@@ -283,7 +283,7 @@ class BatchedGEPA(dspy.GEPA):
         self.callbacks = list(callbacks)
         self.step_sinks = list(step_sinks)
         self.lm_limiter = limits.limiter_for(max_concurrent_lm_calls)
-        # Above 1×1, what the user left open is chosen from README "Performance"; the run says so once.
+        # Above 1×1, what the user left open is chosen from the benchmarks (docs/benchmarks.md); the run says so.
         self.chosen_for_user = [name for name, value in (("schedule", schedule), ("selection", selection))
                                 if value is None and wide]
         loop_only = sorted(set(self.gepa_kwargs) - {"use_cloudpickle"})  # the async schedule reads only that one

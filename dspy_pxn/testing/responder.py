@@ -341,9 +341,8 @@ def merge_instructions(current: str, rewrites: Sequence[str], capacity: int) -> 
     When the rules outnumber the capacity, the merge keeps the current instruction's and
     drops the last-read new ones: the prompt asks to start from the current (best)
     instruction and add the rewrites' improvements, best rewrite first, so a model that
-    cannot hold them all leaves out the weakest additions, not the validated base. (An
-    earlier model evicted the oldest, i.e. the base's rules first; README gives both
-    models' measurements.)
+    cannot hold them all leaves out the weakest additions, not the validated base. (A model
+    that evicts the oldest, i.e. the base's rules first, was measured too: docs/benchmarks.md.)
     """
     head, current_defs = _split_instruction(current)
     order = [n for n, _ in current_defs]
