@@ -77,9 +77,14 @@ class BatchedAdapter(DspyAdapter, StepListener):
 
     # -- gepa's adapter-state hook: our strategies' state is pickled with gepa's ----------------
     def get_adapter_state(self) -> dict[str, Any]:
-        return {CHECKPOINT_KEY: self.checkpoint.snapshot()} if self.checkpoint is not None else {}
+        """dspy's own adapter state (its random generator) and, when set, our strategies' checkpoint."""
+        state = dict(super().get_adapter_state())
+        if self.checkpoint is not None:
+            state[CHECKPOINT_KEY] = self.checkpoint.snapshot()
+        return state
 
     def set_adapter_state(self, state: dict[str, Any]) -> None:
+        super().set_adapter_state(state)
         saved = state.get(CHECKPOINT_KEY)
         if self.checkpoint is not None and saved is not None:
             self.checkpoint.restore(saved)

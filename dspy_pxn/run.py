@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -147,6 +148,7 @@ class Run:
             failure_score=optimizer.failure_score,
             num_threads=pool.num_workers,
             add_format_failure_as_feedback=optimizer.add_format_failure_as_feedback,
+            rng=random.Random(optimizer.seed),  # which of a predictor's calls reflection reads, seeded as in dspy.GEPA
             reflection_lm=None,  # PooledReflection sets the reflection LM per call
             custom_instruction_proposer=optimizer.custom_instruction_proposer,
             custom_code_proposer=optimizer.custom_code_proposer,

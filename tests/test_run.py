@@ -69,3 +69,27 @@ def test_a_budget_that_buys_no_step_is_refused_before_any_lm_call(splits):
         BatchedGEPA(metric=sim.metric, max_metric_calls=29, reflection_lm=sim.SimulatedLM()).compile(
             seed_program(), trainset=train, valset=val)
     assert lm.stats()["calls"]["task"] == 0
+
+
+def test_the_adapter_is_seeded_as_dspy_gepa_seeds_it_and_its_state_is_saved(task_lm, splits, monkeypatch, tmp_path):
+    """dspy's adapter picks which of a predictor's calls reflection reads with its own generator: dspy.GEPA
+    seeds it with ``seed``, and a resumed run must continue it, so it rides in gepa's saved state."""
+    import random
+
+    from dspy_pxn import run as runs
+    from dspy_pxn.resume import load_saved_state
+
+    made = []
+    original = runs.BatchedAdapter
+
+    def recording(*args, **kwargs):
+        made.append(kwargs["rng"].getstate())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(runs, "BatchedAdapter", recording)
+    train, val, _ = splits
+    BatchedGEPA(metric=sim.metric, max_metric_calls=60, seed=7, log_dir=str(tmp_path), schedule="steps",
+                reflection_lm=sim.SimulatedLM()).compile(seed_program(), trainset=train, valset=val)
+    assert made == [random.Random(7).getstate()]
+    saved = load_saved_state(str(tmp_path)).adapter_state
+    assert "rng_state" in saved and "dspy_pxn" in saved
