@@ -82,6 +82,9 @@ class RunDescription:
     trainset_digest: str
     valset_digest: str
     seed_candidate_digest: str
+    # One valset example, for a tracker that logs the program as a model (its input example and signature).
+    input_example: dict[str, Any] | None = None
+    output_example: dict[str, Any] | None = None
 
     @property
     def label(self) -> str:

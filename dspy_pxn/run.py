@@ -18,7 +18,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +38,7 @@ from dspy_pxn.holdout import holdout_score
 from dspy_pxn.pools import ThreadWorkerPool, WorkerPool
 from dspy_pxn.records import StepLog, StepRecorder
 from dspy_pxn.result import BatchedGEPAResult
-from dspy_pxn.tracker import TrackedRun, quietly, effective_tracker, start_tracked_run
+from dspy_pxn.tracker import TrackedRun, around_compile, effective_tracker, quietly, start_tracked_run
 from dspy_pxn.usage import UsageMeter, warn_if_answered_from_cache
 
 if TYPE_CHECKING:  # a type only: the optimizer builds a Run, a Run never calls back into it
@@ -108,8 +108,10 @@ class Run:
         optimizer = self.optimizer
         owned = owns_pool(optimizer)
         pool = make_pool(optimizer.pool, self.shape.workers) if owned else optimizer.pool
+        stack = ExitStack()
         tracked_run: TrackedRun | None = None
         try:
+            stack.enter_context(around_compile())
             usage, lm_calls = UsageMeter(), limits.LMCallCounter()
             tracker = effective_tracker(optimizer.tracker, optimizer.mlflow)
             tracked_run = start_tracked_run(tracker, self.description, log_dir=optimizer.log_dir, usage=usage)
@@ -135,6 +137,7 @@ class Run:
                 quietly("fail", lambda: tracked_run.fail(error))
             raise
         finally:
+            stack.close()
             if owned:
                 pool.close()
 
@@ -288,4 +291,5 @@ def describe(optimizer: BatchedGEPA, student: Module, trainset: list[Example], v
         task_lms=tuple(predictor_lms or [dspy.settings.lm]), reflection_lm=reflection_lm,
         trainset_digest=digest(trainset), valset_digest=digest(valset),
         seed_candidate_digest=digest([f"{k}={v}" for k, v in sorted(seed_candidate.items())]),
+        input_example=dict(valset[0].inputs().items()), output_example=dict(valset[0].labels().items()) or None,
     )

@@ -146,6 +146,8 @@ class BatchedGEPA(dspy.GEPA):
         experiment: The MLflow experiment (implies ``mlflow=True``). Default ``"dspy-pxn"``.
         run_name: The MLflow run's name (implies ``mlflow=True``). Default ``"BatchedGEPA PxN ..."``.
         run_tags: Tags for the MLflow run (implies ``mlflow=True``).
+        registered_model_name: Register the optimized program (logged as the run's MLflow model) in
+            the Model Registry under this name; a re-run adds a version (implies ``mlflow=True``).
         max_concurrent_lm_calls: At most this many LM calls in progress at once, over the task,
             per-predictor and reflection LMs, whatever ``num_threads`` is (providers limit requests,
             not workers); an ``LMCallLimiter`` shares one cap between runs. Default: no cap. Retries
@@ -204,6 +206,7 @@ class BatchedGEPA(dspy.GEPA):
         experiment: str | None = None,
         run_name: str | None = None,
         run_tags: dict[str, str] | None = None,
+        registered_model_name: str | None = None,
         max_concurrent_lm_calls: int | limits.LMCallLimiter | None = None,
         schedule: Literal["steps", "async"] | None = None,
     ):
@@ -225,7 +228,8 @@ class BatchedGEPA(dspy.GEPA):
         wide = self.p * self.n > 1
         self.selection = selections.checked(selection if selection is not None else ("merge" if wide else "all"))
         self.testset = checks.dataset("testset", testset) if testset is not None else None
-        self.tracker, self.mlflow = tracker_for(tracker, use_mlflow, mlflow, tracking_uri, experiment, run_name, run_tags)
+        self.tracker, self.mlflow = tracker_for(
+            tracker, use_mlflow, mlflow, tracking_uri, experiment, run_name, run_tags, registered_model_name)
         component_selector_named(component_selector)  # an unknown name fails now, not at compile
         if use_wandb:
             checks.wandb_installed()

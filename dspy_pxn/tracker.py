@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -68,16 +68,36 @@ class TrackingArguments:
     experiment: str | None = None
     run_name: str | None = None
     run_tags: Mapping[str, str] | None = None
+    registered_model_name: str | None = None
 
     @property
     def given(self) -> bool:
         return self.mlflow is not None or any(
-            v is not None for v in (self.tracking_uri, self.experiment, self.run_name, self.run_tags)
+            v is not None
+            for v in (self.tracking_uri, self.experiment, self.run_name, self.run_tags, self.registered_model_name)
         )
 
 
 _AMBIENT: contextvars.ContextVar[Tracker | None] = contextvars.ContextVar("dspy_pxn_tracker", default=None)
 _FROM_ARGUMENTS: list[Callable[[TrackingArguments], Tracker | None]] = []
+_AROUND_COMPILE: list[Callable[[], AbstractContextManager[Any]]] = []
+
+
+def register_around_compile(factory: Callable[[], AbstractContextManager[Any]]) -> None:
+    """Let tooling set up what every compile runs inside (e.g. MLflow autolog's "no traces while compiling")."""
+    _AROUND_COMPILE.append(factory)
+
+
+@contextmanager
+def around_compile() -> Iterator[None]:
+    """Every registered context, entered for the whole compile; one that fails to enter is a warning."""
+    with ExitStack() as stack:
+        for factory in _AROUND_COMPILE:
+            try:
+                stack.enter_context(factory())
+            except Exception as error:  # noqa: BLE001 - tooling never stops a search
+                logger.warning("Could not set up %r for the compile (%s: %s).", factory, type(error).__name__, error)
+        yield
 
 
 def ambient() -> Tracker | None:
@@ -112,19 +132,20 @@ def from_arguments(arguments: TrackingArguments) -> Tracker | None:
 def tracker_for(
     given: Tracker | None, use_mlflow: bool, mlflow: bool | None, tracking_uri: str | None,
     experiment: str | None, run_name: str | None, run_tags: dict[str, str] | None,
+    registered_model_name: str | None = None,
 ) -> tuple[Tracker | None, bool | None]:
     """The tracker BatchedGEPA's arguments ask for, and its ``mlflow`` setting (False: not even a sweep's)."""
     if use_mlflow and mlflow is False:
         raise ValueError("use_mlflow=True contradicts mlflow=False: pass one of them.")
     mlflow = True if use_mlflow else mlflow
-    arguments = TrackingArguments(mlflow, tracking_uri, experiment, run_name, run_tags)
+    arguments = TrackingArguments(mlflow, tracking_uri, experiment, run_name, run_tags, registered_model_name)
     if given is not None:
         if not isinstance(given, Tracker):
             raise TypeError(f"tracker={given!r} has no start(description, log_dir=..., usage=...): pass a "
                             "dspy_pxn.tracker.Tracker such as dspy_pxn.tracking.MlflowTracker().")
         if arguments.given:
             raise ValueError("tracker= and the MLflow shorthands (use_mlflow, mlflow, tracking_uri, experiment, "
-                             "run_name, run_tags) are two trackers: pass one of them.")
+                             "run_name, run_tags, registered_model_name) are two trackers: pass one of them.")
         return given, True
     return from_arguments(arguments), mlflow
 

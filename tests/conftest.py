@@ -3,6 +3,7 @@ import pytest
 
 from dspy_pxn import testing as sim
 from dspy_pxn.testing import LatencyServer
+from dspy_pxn.testing.mlflow_server import running_mlflow_server
 
 
 @pytest.fixture
@@ -30,3 +31,10 @@ def sim_lm_flags():
     """`--lm/--reflection-lm/--api-base` for the CLI and the examples, aimed at a loopback latency server."""
     with LatencyServer(task_latency=0.01, reflection_latency=0.02) as server:
         yield ["--lm", "openai/sim-task", "--reflection-lm", "openai/sim-reflection", "--api-base", server.base_url]
+
+
+@pytest.fixture(scope="module")
+def mlflow_server():
+    """A real `mlflow server` on loopback for the module's tests (sqlite store, local artifacts)."""
+    with running_mlflow_server() as server:
+        yield server

@@ -64,7 +64,7 @@ def test_mlflow_import_replays_a_log_dir_into_another_store(tracked_runs, capsys
     client = MlflowClient(other)
     runs = client.search_runs([client.get_experiment_by_name("moved").experiment_id])
     assert len(runs) == 1
-    assert runs[0].data.metrics["total_metric_calls"] == results[(2, 2)].total_metric_calls
+    assert runs[0].data.metrics["totals/metric_calls"] == results[(2, 2)].total_metric_calls
 
 
 def test_mlflow_import_of_a_directory_that_is_not_a_run_is_one_line(tmp_path, capsys):

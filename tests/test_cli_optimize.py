@@ -15,7 +15,7 @@ import pytest
 from mlflow import MlflowClient
 
 from dspy_pxn.cli import main as cli
-from dspy_pxn.tracking import PARENT_TAG
+from dspy_pxn.tracking import BEST_RUN_TAG, MODEL_TAG, PARENT_TAG
 from tests.test_programs_helpers import require_data
 
 TINY = ["--train-size", "4", "--val-size", "3", "--test-size", "3", "--workers", "4", "--budget", "24"]
@@ -72,7 +72,8 @@ def test_optimize_hover_runs_on_a_small_claims_corpus(sim_lm_flags, data_dir, tm
 
 def test_sweep_nests_one_run_per_config_and_prints_the_table(sim_lm_flags, store, data_dir, tmp_path, capsys):
     assert cli(["sweep", "gsm8k", "--configs", "1x1,2x1", *sim_lm_flags, *TINY, "--data-dir", data_dir,
-                "--mlflow-uri", store, "--experiment", "cli-sweep", "--log-dir", str(tmp_path / "sweep")]) == 0
+                "--mlflow-uri", store, "--experiment", "cli-sweep", "--log-dir", str(tmp_path / "sweep"),
+                "--register-model", "cli-sweep-best"]) == 0
     out = capsys.readouterr().out
     assert "| 1x1 |" in out.replace("1×1", "1x1") and "2x1" in out
     client = MlflowClient(store)
@@ -81,6 +82,13 @@ def test_sweep_nests_one_run_per_config_and_prints_the_table(sim_lm_flags, store
     children = [r for r in runs if PARENT_TAG in r.data.tags]
     assert len(parents) == 1 and len(children) == 2
     assert {r.data.tags[PARENT_TAG] for r in children} == {parents[0].info.run_id}
+    # Each child logged its program; the parent names the best child's, and only that one is registered.
+    assert all(r.data.tags[MODEL_TAG].startswith("models:/") for r in children)
+    best = next(r for r in children if r.info.run_id == parents[0].data.tags[BEST_RUN_TAG])
+    assert best.data.metrics["totals/best_val"] == max(r.data.metrics["totals/best_val"] for r in children)
+    [version] = client.search_model_versions("name='cli-sweep-best'")
+    assert version.source == parents[0].data.tags[MODEL_TAG] == best.data.tags[MODEL_TAG]
+    assert f'mlflow.dspy.load_model("{best.data.tags[MODEL_TAG]}")' in out
 
 
 def test_demo_wiring_with_the_lms_overridden(sim_lm_flags, store, data_dir, tmp_path, capsys):
@@ -192,9 +200,13 @@ def test_tasks_other_than_sim_need_an_lm(data_dir, capsys):
 def test_optimize_sim_starts_its_own_simulated_lm_and_learns(store, tmp_path, capsys):
     assert cli(["optimize", "sim", "--p", "2", "--n", "2", "--task-latency", "0.005", "--train-size", "30",
                 "--val-size", "10", "--test-size", "20", "--budget", "160", "--workers", "8",
-                "--mlflow-uri", store, "--experiment", "cli-sim", "--log-dir", str(tmp_path / "run")]) == 0
+                "--mlflow-uri", store, "--experiment", "cli-sim", "--log-dir", str(tmp_path / "run"),
+                "--register-model", "cli-sim-program"]) == 0
     out = capsys.readouterr().out
     assert "sim: simulated LM server at http://127.0.0.1:" in out
+    model_uri = out.split("MLflow model ")[1].split()[0]
+    [version] = MlflowClient(store).search_model_versions("name='cli-sim-program'")
+    assert model_uri.startswith("models:/") and version.source == model_uri
     val = out.split("val:  seed ")[1].split()
     assert float(val[3]) > float(val[0])  # "seed 0.100 -> optimized 0.600": real learning, no key, no network
     assert "note: only" not in out  # every answer was a real call to the simulated server

@@ -6,12 +6,9 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 
 import dspy
 import mlflow
@@ -22,68 +19,14 @@ from mlflow import MlflowClient
 from dspy_pxn import BatchedGEPA, read_step_log
 from dspy_pxn import testing as sim
 from dspy_pxn.testing import LatencyServer
-from dspy_pxn.tracking import CONFIG_TAG, KIND_TAG, PARENT_TAG, import_step_log, sweep
+from dspy_pxn.testing.mlflow_server import NO_PROXY, MlflowServer, free_port
+from dspy_pxn.tracking import BEST_RUN_TAG, CONFIG_TAG, KIND_TAG, MODEL_TAG, PARENT_TAG, import_step_log, sweep
 from dspy_pxn.tracking.lineage import VALIDATED, read_proposals
+from dspy_pxn.tracking.mlflow_io import metric_key
 from dspy_pxn.tracking.runlog import RunManifest
 from dspy_pxn.usage import token_prices
 
 SECRET = "sk-test-do-not-log"
-_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class MlflowServer:
-    """`mlflow server` on loopback in its own process group, so the test can kill it outright."""
-
-    def __init__(self, root: str, port: int | None = None):
-        self.root = root
-        self.port = port or free_port()
-        self.uri = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self, timeout_s: float = 90.0) -> MlflowServer:
-        env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", MLFLOW_DISABLE_TELEMETRY="true",
-                   MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")  # no huey job runners to leave behind
-        log_path = os.path.join(self.root, f"server-{self.port}.log")
-        command = [
-            sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1",
-            "--backend-store-uri", f"sqlite:///{self.root}/mlflow.db",
-            "--artifacts-destination", f"{self.root}/artifacts",
-        ]
-        with open(log_path, "a") as log:  # the child keeps its own copy of the handle
-            self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"mlflow server exited early; see {log_path}")
-            try:
-                with _NO_PROXY.open(self.uri + "/health", timeout=1) as response:
-                    if response.status == 200:
-                        return self
-            except OSError:
-                time.sleep(0.2)
-        self.kill()
-        raise RuntimeError(f"mlflow server not ready within {timeout_s} s; see {log_path}")
-
-    def kill(self) -> None:
-        """SIGKILL the server and its uvicorn worker (its own process group), as a crash would."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
-        self.proc = None
-
-
-@pytest.fixture(scope="module")
-def server():
-    with tempfile.TemporaryDirectory(prefix="mlflow-server-") as root:
-        running = MlflowServer(root).start()
-        yield running
-        running.kill()
 
 
 @pytest.fixture
@@ -116,7 +59,7 @@ def sim_run(**kwargs):
 
 
 # ----------------------------------------------------------------------------- a P×N run on a server
-def test_pxn_run_on_the_latency_server_is_mirrored_step_by_step(server, tmp_path):
+def test_pxn_run_on_the_latency_server_is_mirrored_step_by_step(mlflow_server, tmp_path):
     train, val, _ = sim.make_splits(seed=0, train=24, val=8, test=10)
     log_dir = str(tmp_path / "run")
     with LatencyServer(task_latency=0.01, reflection_latency=0.05) as lm_server:
@@ -128,7 +71,7 @@ def test_pxn_run_on_the_latency_server_is_mirrored_step_by_step(server, tmp_path
         optimizer = BatchedGEPA(
             metric=sim.metric, p=2, n=2, max_metric_calls=110, num_threads=8, reflection_lm=lm(temperature=1.0),
             schedule="steps", selection="all",
-            tracking_uri=server.uri, experiment="pxn-latency", run_name="2x2 on loopback", log_dir=log_dir,
+            tracking_uri=mlflow_server.uri, experiment="pxn-latency", run_name="2x2 on loopback", log_dir=log_dir,
             run_tags={"dataset": "sim-rules"},
         )
         seen = {entry["uuid"] for entry in GLOBAL_HISTORY}
@@ -152,7 +95,7 @@ def test_pxn_run_on_the_latency_server_is_mirrored_step_by_step(server, tmp_path
     assert manifest.baseline.cost_usd + sum(s.cost_usd for s in steps) == pytest.approx(result.usage.cost_usd)
     assert steps[-1].cost_usd_total == pytest.approx(result.usage.cost_usd)
 
-    client = MlflowClient(server.uri)
+    client = MlflowClient(mlflow_server.uri)
     run = client.get_run(result.mlflow_run_id)
     assert run.info.status == "FINISHED" and run.info.run_name == "2x2 on loopback"
     assert client.get_experiment(run.info.experiment_id).name == "pxn-latency"
@@ -170,26 +113,26 @@ def test_pxn_run_on_the_latency_server_is_mirrored_step_by_step(server, tmp_path
     # One MLflow step per StepRecord, each metric equal to the record; step 0 is the seed validation.
     record_steps = [s.step for s in steps]
     for key in ("proposals", "accepted", "full_validation", "mean_val", "pareto_front_size", "metric_calls",
-                "wall_s", "reflection_s", "screening_s", "validation_s", "worker_utilisation", "p", "n",
+                "wall_s", "reflection_s", "screening_s", "validation_s", "worker_utilisation",
                 "prompt_tokens", "completion_tokens", "cost_usd"):
-        logged = history(client, run.info.run_id, key)
+        logged = history(client, run.info.run_id, metric_key(key))
         if key in ("mean_val", "pareto_front_size"):
             assert logged.pop(0) == (manifest.baseline.val_score if key == "mean_val" else 1.0)
         assert sorted(logged) == record_steps, key
         assert [logged[s.step] for s in steps] == pytest.approx([float(getattr(s, key)) for s in steps]), key
-    best = history(client, run.info.run_id, "best_val")
+    best = history(client, run.info.run_id, "search/best_val")
     assert best == pytest.approx({0: result.val_aggregate_scores[0], **{s.step: s.best_val for s in steps}})
-    calls_total = history(client, run.info.run_id, "metric_calls_total")
+    calls_total = history(client, run.info.run_id, "search/metric_calls_total")
     assert calls_total[0] == len(val) and calls_total[steps[-1].step] == result.total_metric_calls
-    elapsed = history(client, run.info.run_id, "elapsed_s")
+    elapsed = history(client, run.info.run_id, "time/elapsed_s")
     assert list(elapsed.values()) == sorted(elapsed.values()) and elapsed[steps[-1].step] <= result.wall_s + 0.05
     final = run.data.metrics
-    assert final["total_metric_calls"] == result.total_metric_calls <= 110
-    assert final["iterations"] == len(steps)
-    assert final["validation_trigger_fraction"] == pytest.approx(sum(s.full_validation for s in steps) / len(steps))
-    assert final["total_wall_s"] == pytest.approx(result.wall_s)
-    assert final["total_cost_usd"] == pytest.approx(result.usage.cost_usd)
-    assert "test_score" not in final  # no testset given
+    assert final["totals/metric_calls"] == result.total_metric_calls <= 110
+    assert final["totals/iterations"] == len(steps)
+    assert final["totals/validation_trigger_fraction"] == pytest.approx(sum(s.full_validation for s in steps) / len(steps))
+    assert final["totals/wall_s"] == pytest.approx(result.wall_s)
+    assert final["totals/cost_usd"] == pytest.approx(result.usage.cost_usd)
+    assert "totals/test_score" not in final  # no testset given
 
     # Artifacts: optimized program, lineage, per-proposal table, step log, plots.
     names = {a.path for a in client.list_artifacts(run.info.run_id)}
@@ -226,14 +169,14 @@ def _all_runs(client: MlflowClient):
     return client.search_runs(experiments, max_results=5000)
 
 
-def test_a_sweep_is_one_parent_with_a_child_per_config_and_no_orphans(server, tmp_path):
+def test_a_sweep_is_one_parent_with_a_child_per_config_and_no_orphans(mlflow_server, tmp_path):
     """mlflow.dspy.autolog on, and the test set scored in worker threads: still exactly 3 new runs."""
-    client = MlflowClient(server.uri)
+    client = MlflowClient(mlflow_server.uri)
     before = {r.info.run_id for r in _all_runs(client)}
-    mlflow.set_tracking_uri(server.uri)  # where autolog's fluent runs (orphans) would go
+    mlflow.set_tracking_uri(mlflow_server.uri)  # where autolog's fluent runs (orphans) would go
     mlflow.dspy.autolog(log_traces=False, log_evals=True, log_compiles=True, silent=True)
     try:
-        with sweep("grid", experiment="pxn-sweep", tracking_uri=server.uri, log_dir=str(tmp_path / "sweep")) as grid:
+        with sweep("grid", experiment="pxn-sweep", tracking_uri=mlflow_server.uri, log_dir=str(tmp_path / "sweep")) as grid:
             testset = sim.make_splits(seed=0, test=12).test
             results = [sim_run(p=p, n=n, max_metric_calls=70, testset=testset).detailed_results
                        for p, n in [(1, 1), (2, 1)]]
@@ -249,10 +192,16 @@ def test_a_sweep_is_one_parent_with_a_child_per_config_and_no_orphans(server, tm
     assert {r.info.experiment_id for r in new} == {parent.info.experiment_id}
     assert sorted(r.info.run_id for r in children) == sorted(r.mlflow_run_id for r in results)
     for child, result in zip(sorted(children, key=lambda r: r.data.params["p"]), results, strict=True):
-        assert child.data.metrics["test_score"] == pytest.approx(result.test_score)
-        assert child.data.metrics["val_test_gap"] == pytest.approx(max(result.val_aggregate_scores) - result.test_score)
+        assert child.data.metrics["totals/test_score"] == pytest.approx(result.test_score)
+        assert child.data.metrics["totals/val_test_gap"] == pytest.approx(max(result.val_aggregate_scores) - result.test_score)
     comparison = {a.path for a in client.list_artifacts(grid.run_id, "comparison")}
     assert {"comparison/comparison.md", "comparison/val_vs_metric_calls.png"} <= comparison
+    # Every child logged its program as a model; the parent names the best child and its model.
+    best_val = {r.info.run_id: r.data.metrics["totals/best_val"] for r in children}
+    assert parent.data.tags[BEST_RUN_TAG] in {run_id for run_id, v in best_val.items() if v == max(best_val.values())}
+    best = next(r for r in children if r.info.run_id == parent.data.tags[BEST_RUN_TAG])
+    assert all(r.data.tags[MODEL_TAG].startswith("models:/") for r in children)
+    assert parent.data.tags[MODEL_TAG] == best.data.tags[MODEL_TAG]
 
 
 def test_a_run_compiled_inside_the_callers_mlflow_run_nests_under_it(tmp_path, default_mlflow_uri, monkeypatch):
@@ -285,7 +234,7 @@ def test_without_a_uri_runs_go_to_the_local_store_that_mlflow_ui_opens(tmp_path,
         deadline = time.monotonic() + 90
         while True:
             try:
-                with _NO_PROXY.open(ui_uri + "/health", timeout=1):
+                with NO_PROXY.open(ui_uri + "/health", timeout=1):
                     break
             except OSError:
                 assert time.monotonic() < deadline and ui.poll() is None, "mlflow ui did not start"
@@ -293,7 +242,7 @@ def test_without_a_uri_runs_go_to_the_local_store_that_mlflow_ui_opens(tmp_path,
         seen_by_ui = MlflowClient(ui_uri)
         run = seen_by_ui.get_run(result.mlflow_run_id)
         assert seen_by_ui.get_experiment(run.info.experiment_id).name == "dspy-pxn"
-        assert len(seen_by_ui.get_metric_history(run.info.run_id, "best_val")) == len(result.steps) + 1
+        assert len(seen_by_ui.get_metric_history(run.info.run_id, "search/best_val")) == len(result.steps) + 1
         assert "program.json" in {a.path for a in seen_by_ui.list_artifacts(run.info.run_id)}
     finally:
         os.killpg(ui.pid, signal.SIGKILL)
@@ -325,18 +274,18 @@ def test_tracking_server_killed_mid_run_then_the_log_dir_is_imported(tmp_path, c
         tracking.start()  # same port, same store: the run is still there, marked RUNNING
         client = MlflowClient(tracking.uri)
         assert client.get_run(result.mlflow_run_id).info.status == "RUNNING"
-        assert len(history(client, result.mlflow_run_id, "best_val")) < len(result.steps) + 1
+        assert len(history(client, result.mlflow_run_id, "search/best_val")) < len(result.steps) + 1
         [imported] = import_step_log(log_dir)
         assert imported.resumed and imported.run_id == result.mlflow_run_id and imported.steps_logged >= 1
         run = client.get_run(result.mlflow_run_id)
         assert run.info.status == "FINISHED"
-        assert sorted(history(client, run.info.run_id, "best_val")) == list(range(len(result.steps) + 1))
-        assert run.data.metrics["total_metric_calls"] == result.total_metric_calls
+        assert sorted(history(client, run.info.run_id, "search/best_val")) == list(range(len(result.steps) + 1))
+        assert run.data.metrics["totals/metric_calls"] == result.total_metric_calls
         assert "candidates.csv" in {a.path for a in client.list_artifacts(run.info.run_id)}
         # Importing again changes nothing.
         [again] = import_step_log(log_dir)
         assert again.run_id == run.info.run_id and again.steps_logged == 0
-        assert len(client.get_metric_history(run.info.run_id, "best_val")) == len(result.steps) + 1
+        assert len(client.get_metric_history(run.info.run_id, "search/best_val")) == len(result.steps) + 1
         assert len(client.search_runs([run.info.experiment_id])) == 1
     finally:
         tracking.kill()
@@ -357,7 +306,7 @@ def test_unreachable_server_at_start_warns_once_and_the_run_imports_later(tmp_pa
     client = MlflowClient(store)
     run = client.get_run(imported.run_id)
     assert run.info.status == "FINISHED" and run.data.params["p"] == "2"
-    assert history(client, run.info.run_id, "metric_calls_total")[len(result.steps)] == result.total_metric_calls
+    assert history(client, run.info.run_id, "search/metric_calls_total")[len(result.steps)] == result.total_metric_calls
 
 
 def test_an_untracked_run_log_dir_imports_from_its_steps_alone(tmp_path):
@@ -369,7 +318,7 @@ def test_an_untracked_run_log_dir_imports_from_its_steps_alone(tmp_path):
     client = MlflowClient(store)
     run = client.get_run(imported.run_id)
     assert run.data.params["p"] == "1" and run.data.tags[CONFIG_TAG] == "1x1"
-    assert sorted(history(client, run.info.run_id, "best_val")) == [s.step for s in result.steps]
+    assert sorted(history(client, run.info.run_id, "search/best_val")) == [s.step for s in result.steps]
     assert {a.path for a in client.list_artifacts(run.info.run_id, "plots")} == {
         "plots/val_vs_metric_calls.png", "plots/step_times.png"}
 

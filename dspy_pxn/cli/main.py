@@ -61,6 +61,8 @@ def _run_options(parser: argparse.ArgumentParser, demo: bool = False) -> None:
     parser.add_argument("--mlflow-uri", help="MLflow tracking URI (default: MLflow's, i.e. ./mlflow.db)")
     parser.add_argument("--experiment", help="MLflow experiment (default: dspy-pxn-TASK)")
     parser.add_argument("--no-mlflow", action="store_true", help="do not track in MLflow (log_dir still has everything)")
+    parser.add_argument("--register-model", metavar="NAME",
+                        help="register the optimized program in the MLflow Model Registry as NAME (a sweep: its best run's)")
     parser.add_argument("--log-dir", help="run directory: step log, program.json (default: runs/TASK-PxN-TIME)")
     parser.set_defaults(task_max_tokens=d.get("task_max_tokens"), reflection_max_tokens=d.get("reflection_max_tokens"))
 

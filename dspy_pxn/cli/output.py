@@ -50,6 +50,7 @@ class RunOutcome:
     program_path: str
     tracking_uri: str | None
     experiment: str | None
+    model_uri: str | None = None  # the optimized program as the run's MLflow model
 
 
 def score(value: float | None) -> str:
@@ -85,6 +86,9 @@ def summary(outcome: RunOutcome) -> str:
     if results.mlflow_run_id:
         lines.append(f"MLflow run {results.mlflow_run_id} in experiment {outcome.experiment!r} at {outcome.tracking_uri} "
                      f"(browse: mlflow ui --backend-store-uri {outcome.tracking_uri})")
+        if outcome.model_uri:
+            lines.append(f"MLflow model {outcome.model_uri} (load with mlflow.dspy.load_model({outcome.model_uri!r}); "
+                         f"serve with mlflow models serve -m {outcome.model_uri})")
     elif outcome.tracking_uri:
         lines.append(f"MLflow tracking did not reach {outcome.tracking_uri}; import later with "
                      f"dspy-pxn mlflow-import {os.path.dirname(outcome.program_path)}")

@@ -27,14 +27,15 @@ def default_log_dir(task: str, p: int, n: int) -> str:
 
 
 def make_optimizer(args: argparse.Namespace, task: Task, reflection_lm: Any, p: int, n: int, log_dir: str,
-                   out: TextIO, run_name: str | None = None):
+                   out: TextIO, run_name: str | None = None, registered_model_name: str | None = None):
     from dspy_pxn import BatchedGEPA
     from dspy_pxn.tracking import MlflowTracker
 
     tracking: dict[str, Any] = {"mlflow": False}
     if not args.no_mlflow:
         tracking = {"tracker": MlflowTracker(args.mlflow_uri, args.experiment or f"dspy-pxn-{task.name}",
-                                             run_name or f"{task.name}-{p}x{n}", (("task", task.name),))}
+                                             run_name or f"{task.name}-{p}x{n}", (("task", task.name),),
+                                             registered_model_name=registered_model_name)}
     return BatchedGEPA(
         metric=task.metric, p=p, n=n, max_metric_calls=args.budget, num_threads=args.workers,
         reflection_lm=reflection_lm, reflection_minibatch_size=args.minibatch_size, seed=args.seed,
@@ -61,8 +62,8 @@ def seed_test_score(task: Task, workers: int) -> float | None:
 
 
 def run_one(args: argparse.Namespace, task: Task, reflection_lm: Any, p: int, n: int, log_dir: str,
-            out: TextIO, run_name: str | None = None) -> RunOutcome:
-    optimizer = make_optimizer(args, task, reflection_lm, p, n, log_dir, out, run_name)
+            out: TextIO, run_name: str | None = None, registered_model_name: str | None = None) -> RunOutcome:
+    optimizer = make_optimizer(args, task, reflection_lm, p, n, log_dir, out, run_name, registered_model_name)
     print(f"{task.name} {p}×{n}: W={args.workers}, budget {args.budget} metric calls, |train|={len(task.train)}, "
           f"|val|={len(task.val)}, |test|={len(task.test)}; validating the seed program ...", file=out, flush=True)
     best = optimizer.compile(task.program, trainset=task.train, valset=task.val)
@@ -74,7 +75,21 @@ def run_one(args: argparse.Namespace, task: Task, reflection_lm: Any, p: int, n:
     best.save(program_path)
     uri = None if args.no_mlflow else (args.mlflow_uri or _default_uri())
     experiment = getattr(optimizer.tracker, "experiment", None)
-    return RunOutcome(best, seed_test, program_path, uri, experiment)
+    return RunOutcome(best, seed_test, program_path, uri, experiment, logged_model_uri(uri, results.mlflow_run_id))
+
+
+def logged_model_uri(tracking_uri: str | None, run_id: str | None) -> str | None:
+    """The run's optimized program as an MLflow model (None if it was not logged, or MLflow is not reachable)."""
+    if tracking_uri is None or run_id is None:
+        return None
+    from mlflow import MlflowClient
+
+    from dspy_pxn.tracking import MODEL_TAG
+
+    try:
+        return MlflowClient(tracking_uri).get_run(run_id).data.tags.get(MODEL_TAG)
+    except Exception:  # noqa: BLE001 - the summary says where the run is either way
+        return None
 
 
 def _default_uri() -> str:
@@ -177,7 +192,8 @@ def optimize_command(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as resources:
         task, reflection_lm = _prepare(args, resources)
         log_dir = args.log_dir or default_log_dir(task.name, args.p, args.n)
-        outcome = run_one(args, task, reflection_lm, args.p, args.n, log_dir, sys.stdout)
+        outcome = run_one(args, task, reflection_lm, args.p, args.n, log_dir, sys.stdout,
+                          registered_model_name=args.register_model)
     print(summary(outcome), flush=True)
     return 0
 
@@ -196,8 +212,9 @@ def sweep_command(args: argparse.Namespace) -> int:
     task, reflection_lm = _prepare(args, resources)
     experiment = args.experiment or f"dspy-pxn-{task.name}"
     log_dir = args.log_dir or os.path.join("runs", f"{task.name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
+    # The sweep registers its best child's program once, at the end, rather than every child's.
     with resources, sweep(args.sweep_name or f"{task.name}-sweep", experiment=experiment, tracking_uri=args.mlflow_uri,
-               log_dir=log_dir) as current:
+               log_dir=log_dir, registered_model_name=args.register_model) as current:
         for p, n in shapes:
             child = current.child_log_dir(f"{p}x{n}")
             outcome = run_one(args, task, reflection_lm, p, n, child, sys.stdout, run_name=f"{p}x{n}")

@@ -90,6 +90,7 @@ class AsyncSchedule(StepListener):
         self.state: GEPAState | None = None
         self.window_started = False  # the current window has had an event, and gepa has been told it began
         self.accepted_in_window = False
+        self.launched = 0  # pipelines started: each one's proposal id
 
     # ------------------------------------------------------------------------------ the run
     def search(self) -> GEPAState:
@@ -207,16 +208,19 @@ class AsyncSchedule(StepListener):
                 ids = self.parts.sampler.next_minibatch_ids(self.trainset, self.state)
                 task = ProposalTask(parent, self.state.program_candidates[parent], ids, self.trainset.fetch(ids))
                 self.live.events.tasks_sampled([task])
-            in_flight[executor.submit(contextvars.copy_context().run, self._pipeline, task)] = "proposal"
+                self.launched += 1
+            run_pipeline = contextvars.copy_context().run
+            in_flight[executor.submit(run_pipeline, self._pipeline, task, f"p{self.launched}")] = "proposal"
 
-    def _pipeline(self, task: ProposalTask) -> _Screened | None:
+    def _pipeline(self, task: ProposalTask, proposal_id: str) -> _Screened | None:
         """Parent on its minibatch (traced), one reflection, the child on the same minibatch."""
         adapter, optimizer = self.live.adapter, self.run.optimizer
         before = adapter.evaluate(task.minibatch, task.parent_candidate, capture_traces=True, phase="screening")
         perfect = optimizer.skip_perfect_score and optimizer.perfect_score is not None and all(
             s is not None and s >= optimizer.perfect_score for s in before.scores)  # as gepa's proposer skips
         if perfect or not before.trajectories:
-            return self._no_child(task)
+            reason = "perfect score on the minibatch" if perfect else "no trajectories"
+            return self._no_child(task, before.scores, reason)
         with self.lock:
             components = self.parts.component_selector(self.state, before.trajectories, before.scores,
                                                        task.parent_idx, task.parent_candidate)
@@ -224,26 +228,30 @@ class AsyncSchedule(StepListener):
             dataset = adapter.make_reflective_dataset(task.parent_candidate, before, components)
         except Exception as error:  # noqa: BLE001 - as gepa: a task whose dataset cannot be built is skipped
             logger.info("No reflective dataset for parent %d: %s", task.parent_idx, error)
-            return self._no_child(task)
+            return self._no_child(task, before.scores, f"no reflective dataset: {error}")
         reflected = self.parts.reflection.propose((task.parent_candidate, dataset, components))
         if not reflected.new_texts:
-            return self._no_child(task)
+            error = (reflected.metadata or {}).get("reflection_error", "no new instruction")
+            return self._no_child(task, before.scores, f"the reflection proposed nothing: {error}")
         child = {**task.parent_candidate, **reflected.new_texts}
         after = adapter.evaluate(task.minibatch, child, capture_traces=False, phase="screening")
+        replies = {f"raw_lm_output:{name}": text for name, text in reflected.raw_lm_outputs.items()}
         proposal = CandidateProposal(
             candidate=child, parent_program_ids=[task.parent_idx], subsample_indices=list(task.minibatch_ids),
             subsample_scores_before=list(before.scores), subsample_scores_after=list(after.scores),
-            tag="reflective_mutation", metadata=dict(reflected.metadata),
+            tag="reflective_mutation", metadata={**reflected.metadata, **replies, "proposal_id": proposal_id},
         )
         with self.lock:
             improved = self.acceptance.should_accept(proposal, self.state)
             self.live.events.children_screened(1, int(improved))
         return _Screened(proposal, improved)
 
-    def _no_child(self, task: ProposalTask) -> None:
+    def _no_child(self, task: ProposalTask, scores: list[float], reason: str) -> None:
         """The pipeline ends after its parent's screening: the child's reserved calls are not needed."""
         with self.lock:
             self.guard.release(len(task.minibatch))
+            self.notify.decided(task.parent_idx, "no_proposal", reason, minibatch_ids=task.minibatch_ids,
+                                scores=scores)
 
     def _screened(self, screened: _Screened | None) -> list[CandidateProposal]:
         """An improving child queues for validation; any other is rejected now."""
@@ -251,7 +259,7 @@ class AsyncSchedule(StepListener):
             return []
         if screened.improved:
             return [screened.proposal]
-        self.notify.rejected(self.state, screened.proposal, "no improvement on the minibatch")
+        self.notify.rejected(self.state, screened.proposal, "did not beat its parent on the minibatch", "not_improved")
         return []
 
     # ------------------------------------------------------------------------------ validation
@@ -263,7 +271,7 @@ class AsyncSchedule(StepListener):
             room = self.guard.reserve_validations(self.state, selections.kept(self.run.optimizer.selection, len(batch)))
         if room == 0:
             for proposal in batch:
-                self.notify.rejected(self.state, proposal, "no budget left to validate it")
+                self.notify.rejected(self.state, proposal, "no budget left to validate it", "improved_not_selected")
             return
         in_flight[executor.submit(contextvars.copy_context().run, self._select_and_validate, batch, room)] = "validation"
 
@@ -283,8 +291,12 @@ class AsyncSchedule(StepListener):
         """The validated candidates join gepa's state; their window ends where the next one can begin."""
         state = self.state
         with self.lock:
+            merged = {source for p in validated.selected for source in (p.metadata or {}).get("merged_from", [])}
             for proposal in validated.passed_over:
-                self.notify.rejected(state, proposal, "not selected for validation")
+                if (proposal.metadata or {}).get("proposal_id") in merged:
+                    self.notify.rejected(state, proposal, "merged into a sibling merge", "merged")
+                else:
+                    self.notify.rejected(state, proposal, "not selected for validation", "improved_not_selected")
             if not validated.selected:
                 return
             self._start_window()

@@ -88,11 +88,25 @@ class GepaNotifier:
         self._tell("on_candidate_accepted", CandidateAcceptedEvent(
             iteration=state.i + 1, new_candidate_idx=index, new_score=sum(proposal.subsample_scores_after or ()),
             parent_ids=list(proposal.parent_program_ids)))
+        self.decided(proposal.parent_program_ids[0], "validated", None, proposal, candidate=index,
+                     val_score=self.policy.get_valset_score(index, state))
 
-    def rejected(self, state: GEPAState, proposal: CandidateProposal, reason: str) -> None:
+    def rejected(self, state: GEPAState, proposal: CandidateProposal, reason: str, outcome: str) -> None:
         self._tell("on_candidate_rejected", CandidateRejectedEvent(
             iteration=state.i + 1, old_score=sum(proposal.subsample_scores_before or ()),
             new_score=sum(proposal.subsample_scores_after or ()), reason=reason))
+        self.decided(proposal.parent_program_ids[0], outcome, reason, proposal)
+
+    def decided(self, parent: int, outcome: str, reason: str | None, proposal: CandidateProposal | None = None,
+                minibatch_ids: Sequence[Any] = (), scores: Sequence[float] = (), candidate: int | None = None,
+                val_score: float | None = None) -> None:
+        """dspy-pxn's own event (gepa's loop has none like it): one proposal and what became of it, for the
+        proposals table (``dspy_pxn.tracking.lineage``). A callback without ``on_proposal_decided`` hears nothing."""
+        self._tell("on_proposal_decided", {
+            "parent": parent, "outcome": outcome, "reason": reason, "proposal": proposal,
+            "minibatch_ids": list(proposal.subsample_indices if proposal is not None else minibatch_ids),
+            "scores": list(scores), "candidate": candidate, "val_score": val_score,
+        })
 
     def optimization_end(self, state: GEPAState) -> None:
         self._tell("on_optimization_end", OptimizationEndEvent(

@@ -74,6 +74,14 @@ class LatencySampler:
         self._rngs: dict[str, random.Random] = {}
         self._slept: dict[str, list[float]] = {}
 
+    def __getstate__(self) -> dict:
+        """Picklable (a program logged as an MLflow model carries its LM): the copy gets its own lock."""
+        return {key: value for key, value in self.__dict__.items() if key != "_lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def draw(self, kind: str, median: float) -> float:
         """The next latency for a ``kind`` call, recorded as slept."""
         with self._lock:

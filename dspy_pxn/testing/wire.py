@@ -70,6 +70,14 @@ class CallStats:
         self._in_flight: dict[str, int] = {k: 0 for k in self.KINDS}
         self.reset()
 
+    def __getstate__(self) -> dict:
+        """Picklable (a program logged as an MLflow model carries its LM): the copy gets its own lock."""
+        return {key: value for key, value in self.__dict__.items() if key != "_lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def reset(self) -> None:
         """Zero counters; peaks restart from what is in flight now, so they stay truthful."""
         with self._lock:

@@ -1,5 +1,6 @@
-"""MLflow tracking for BatchedGEPA runs: one MLflow run per compile, sweeps as nested runs,
-a log directory replayed into MLflow later, and runs compared side by side.
+"""MLflow tracking for BatchedGEPA runs: one MLflow run per compile (its program logged as the
+run's model, its instructions in the Prompt Registry), sweeps as nested runs, a log directory
+replayed into MLflow later, and runs compared side by side.
 
 The optimizer never imports this package: it is handed a tracker (``MlflowTracker``) or
 builds one from its convenience arguments through the factory registered below.
@@ -11,16 +12,18 @@ builds one from its convenience arguments through the factory registered below.
     compare_experiment("hover", "comparison/")               # plots and table (dspy_pxn.tracking.compare)
 """
 
-from dspy_pxn.tracker import register_argument_tracker
+from dspy_pxn.tracker import register_argument_tracker, register_around_compile
+from dspy_pxn.tracking.autolog import no_compile_traces
 from dspy_pxn.tracking.importer import ImportedRun, import_step_log
-from dspy_pxn.tracking.mlflow_io import CONFIG_TAG, KIND_TAG, PARENT_TAG, SWEEP_TAG
+from dspy_pxn.tracking.mlflow_io import BEST_RUN_TAG, CONFIG_TAG, KIND_TAG, MODEL_TAG, PARENT_TAG, SWEEP_TAG
 from dspy_pxn.tracking.parent import Sweep, current_sweep
 from dspy_pxn.tracking.run import MlflowRun, MlflowTracker
 from dspy_pxn.tracking.sweep import sweep
 
 register_argument_tracker(MlflowTracker.from_arguments)
+register_around_compile(no_compile_traces)  # under mlflow.dspy.autolog(): no trace per rollout
 
 __all__ = [
-    "CONFIG_TAG", "KIND_TAG", "PARENT_TAG", "SWEEP_TAG", "ImportedRun", "MlflowRun", "MlflowTracker", "Sweep",
-    "current_sweep", "import_step_log", "sweep",
+    "BEST_RUN_TAG", "CONFIG_TAG", "KIND_TAG", "MODEL_TAG", "PARENT_TAG", "SWEEP_TAG", "ImportedRun", "MlflowRun",
+    "MlflowTracker", "Sweep", "current_sweep", "import_step_log", "sweep",
 ]

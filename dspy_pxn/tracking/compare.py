@@ -57,6 +57,7 @@ class RunResult:
     metric_calls: int | None
     curve: tuple[CurvePoint, ...]
     setup: tuple[tuple[str, str], ...] = ()  # SETUP_PARAMS as logged; runs compare only within one setup
+    model_uri: str | None = None  # the optimized program, logged as the run's MLflow model
 
     @property
     def val_test_gap(self) -> float | None:
@@ -74,6 +75,23 @@ class Comparison:
 
 
 # ----------------------------------------------------------------------------- reading MLflow
+# Where each number is, and where runs logged by versions before the run page's sections kept it.
+CURVE_METRICS = {"best_val": ("search/best_val", "best_val"),
+                 "metric_calls": ("search/metric_calls_total", "metric_calls_total"),
+                 "elapsed_s": ("time/elapsed_s", "elapsed_s"), "cost_usd": ("cost/cost_usd_total", "cost_usd_total")}
+SUMMARY_METRICS = {"iterations": ("totals/iterations", "iterations"),
+                   "validation_trigger_fraction": ("totals/validation_trigger_fraction", "validation_trigger_fraction"),
+                   "wall_s": ("totals/wall_s", "total_wall_s"), "test_score": ("totals/test_score", "test_score"),
+                   "cost_usd": ("totals/cost_usd", "total_cost_usd"),
+                   "metric_calls": ("totals/metric_calls", "total_metric_calls")}
+
+
+def _history(client, run, names: tuple[str, ...]) -> dict[int, float]:
+    """A metric's values by step, under the first of its names the run has."""
+    name = next((name for name in names if name in run.data.metrics), names[0])
+    return {m.step: m.value for m in client.get_metric_history(run.info.run_id, name)}
+
+
 def _number(value: str | None, cast: type = int):
     try:
         return cast(float(value)) if value is not None else None
@@ -86,7 +104,7 @@ def load_runs(experiment: str, tracking_uri: str | None = None, parent_run_id: s
     from mlflow import MlflowClient
 
     from dspy_pxn.tracking.config import default_tracking_uri
-    from dspy_pxn.tracking.mlflow_io import CONFIG_TAG, KIND_TAG, PARENT_TAG
+    from dspy_pxn.tracking.mlflow_io import CONFIG_TAG, KIND_TAG, MODEL_TAG, PARENT_TAG
 
     uri = tracking_uri or default_tracking_uri()
     client = MlflowClient(uri)
@@ -101,17 +119,16 @@ def load_runs(experiment: str, tracking_uri: str | None = None, parent_run_id: s
     runs = []
     order = ["attributes.start_time ASC"]
     for run in client.search_runs([found.experiment_id], query, order_by=order, max_results=5000):
-        metrics, params = run.data.metrics, run.data.params
-        histories = {
-            key: {m.step: m.value for m in client.get_metric_history(run.info.run_id, key)}
-            for key in ("best_val", "metric_calls_total", "elapsed_s", "cost_usd_total")
-        }
+        params = run.data.params
+        metrics = {key: next((run.data.metrics[n] for n in names if n in run.data.metrics), None)
+                   for key, names in SUMMARY_METRICS.items()}
+        histories = {key: _history(client, run, names) for key, names in CURVE_METRICS.items()}
         curve = tuple(
             CurvePoint(
                 step=step,
-                metric_calls=histories["metric_calls_total"].get(step, float("nan")),
+                metric_calls=histories["metric_calls"].get(step, float("nan")),
                 elapsed_s=histories["elapsed_s"].get(step, float("nan")),
-                cost_usd=histories["cost_usd_total"].get(step),
+                cost_usd=histories["cost_usd"].get(step),
                 best_val=value,
             )
             for step, value in sorted(histories["best_val"].items())
@@ -126,13 +143,14 @@ def load_runs(experiment: str, tracking_uri: str | None = None, parent_run_id: s
                 status=run.info.status,
                 iterations=_number(metrics.get("iterations")),
                 validation_trigger_fraction=metrics.get("validation_trigger_fraction"),
-                wall_s=metrics.get("total_wall_s"),
+                wall_s=metrics["wall_s"],
                 best_val=curve[-1].best_val if curve else None,
-                test_score=metrics.get("test_score"),
-                cost_usd=metrics.get("total_cost_usd"),
-                metric_calls=_number(metrics.get("total_metric_calls")),
+                test_score=metrics["test_score"],
+                cost_usd=metrics["cost_usd"],
+                metric_calls=_number(metrics["metric_calls"]),
                 curve=curve,
                 setup=tuple((key, params[key]) for key in SETUP_PARAMS if key in params),
+                model_uri=run.data.tags.get(MODEL_TAG),
             )
         )
     return runs
@@ -238,12 +256,25 @@ def comparison_table(runs: Sequence[RunResult]) -> str:
         for setup in all_setups:
             values = dict(setup)
             lines.append(f"- setup {names[setup]}: " + ", ".join(f"{key}={values.get(key, '?')}" for key in differing))
+    best = best_run(runs)
+    if best is not None:
+        lines.append("")
+        lines.append(f"Best run by validation score: {best.name} ({best.config}, val {_fmt(best.best_val)}"
+                     + (f", test {_fmt(best.test_score)}" if best.test_score is not None else "")
+                     + (f"); its program: `mlflow.dspy.load_model(\"{best.model_uri}\")`." if best.model_uri
+                        else "); it logged no model."))
     missing = [names[setup] for setup, baseline in baselines.items() if baseline is None]
     if missing:
         lines.append("")
         lines.append("No finished 1x1 run " + (f"in setup {', '.join(missing)}" if several else "among these runs")
                      + ": speed-up is not computed there.")
     return "\n".join(lines) + "\n"
+
+
+def best_run(runs: Sequence[RunResult]) -> RunResult | None:
+    """The finished run with the best validation score (the earliest of equals), if any has one."""
+    scored = [run for run in runs if run.best_val is not None and run.status == "FINISHED"]
+    return max(scored, key=lambda run: run.best_val, default=None)
 
 
 def compare_runs(runs: Sequence[RunResult], out_dir: str) -> Comparison:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import sys
 
@@ -22,6 +23,26 @@ def default_tracking_uri() -> str:
     import mlflow
 
     return mlflow.get_tracking_uri()
+
+
+def default_experiment(tracking_uri: str) -> str:
+    """MLflow's current experiment (``mlflow.set_experiment``, ``MLFLOW_EXPERIMENT_NAME`` or ``_ID``), else ours."""
+    if os.environ.get("MLFLOW_EXPERIMENT_NAME"):
+        return os.environ["MLFLOW_EXPERIMENT_NAME"]
+    experiment_id = os.environ.get("MLFLOW_EXPERIMENT_ID")  # what mlflow.set_experiment(...) sets
+    if experiment_id:
+        from mlflow import MlflowClient
+
+        from dspy_pxn.tracking.mlflow_io import probe
+
+        if probe(tracking_uri) is not None:
+            return DEFAULT_EXPERIMENT  # a server that is down: never wait out MLflow's retries for a name
+
+        try:
+            return MlflowClient(tracking_uri).get_experiment(experiment_id).name
+        except Exception:  # noqa: BLE001 - an id from another store: ours, rather than a failed start
+            return DEFAULT_EXPERIMENT
+    return DEFAULT_EXPERIMENT
 
 
 def slug(text: str) -> str:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from dspy_pxn.records import STEP_LOG_NAME, read_step_log
 from dspy_pxn.tracking import runlog
 from dspy_pxn.tracking.config import DEFAULT_EXPERIMENT, default_tracking_uri, require_mlflow
-from dspy_pxn.tracking.mlflow_io import CONFIG_TAG, IMPORTED_TAG, MlflowMirror, baseline_metrics, probe, step_metrics
+from dspy_pxn.tracking.mlflow_io import CONFIG_TAG, IMPORTED_TAG, MlflowMirror, probe
+from dspy_pxn.tracking.model import ModelSource, model_of
 from dspy_pxn.tracking.run import final_metrics, write_outputs
 from dspy_pxn.tracking.runlog import FinalMetrics, RunManifest
 
@@ -86,12 +87,11 @@ def _import_run(
     if manifest.kind == "run":
         done = mirror.logged_steps(run_id)
         if manifest.baseline is not None and 0 not in done:
-            mirror.log_metrics(run_id, baseline_metrics(manifest.baseline), step=0)
+            mirror.log_baseline(run_id, manifest.baseline, manifest.started_at)
         steps = read_step_log(log_dir)
         for record in steps:
             if record.step not in done:
-                metrics = step_metrics(record, manifest.started_at)
-                mirror.log_metrics(run_id, metrics, record.step, record.started_at + record.wall_s)
+                mirror.log_step(run_id, record, manifest.started_at)
                 logged += 1
         if steps and not os.path.isdir(os.path.join(log_dir, runlog.PLOTS_DIR)):
             write_outputs(log_dir, manifest, steps)
@@ -100,9 +100,17 @@ def _import_run(
     manifest.tracking_uri = uri
     manifest.save(log_dir)
     mirror.upload(run_id, log_dir)
+    source = ModelSource.load(log_dir)
+    if source is not None and model_of(mirror.client, run_id) is None:  # an import logs no model twice
+        mirror.log_program(run_id, source, on_failure=_refused)
     # A run still marked RUNNING on disk is one whose process died before finishing.
     mirror.end(run_id, manifest.status if manifest.status != runlog.RUNNING else "KILLED")
     return ImportedRun(log_dir=log_dir, run_id=run_id, resumed=resumed, steps_logged=logged)
+
+
+def _refused(reason: str) -> None:
+    raise RuntimeError(f"MLflow did not take the run's program as a model: {reason}. Fix what it names (e.g. a "
+                       "registry that refuses writes), then import again: nothing already imported is repeated.")
 
 
 def _manifest_from_steps(log_dir: str) -> RunManifest | None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from dspy_pxn.records import STEP_LOG_NAME, StepRecord
 from dspy_pxn.tracking import runlog
+from dspy_pxn.tracking.model import ModelSource, log_program, register_model
 from dspy_pxn.tracking.runlog import Baseline, RunManifest
 
 if TYPE_CHECKING:
@@ -27,16 +28,38 @@ PROBE_TIMEOUT_S = 2.0
 KIND_TAG, CONFIG_TAG, SWEEP_TAG = "dspy_pxn.kind", "dspy_pxn.config", "dspy_pxn.sweep"
 IMPORTED_TAG = "dspy_pxn.imported_from"
 PARENT_TAG = "mlflow.parentRunId"  # how MLflow nests a run under another
+MODEL_TAG = "dspy_pxn.model_uri"  # the run's optimized program, as an MLflow model URI (a sweep's: its best run's)
+BEST_RUN_TAG = "dspy_pxn.best_run_id"  # on a sweep's run: the child with the best validation score
 
-# StepRecord fields that identify the step or the run rather than measure the step.
-NOT_STEP_METRICS = {
-    "step", "kind", "budget", "num_workers", "new_candidates", "started_at", "minibatch_size", "val_size",
+# The run page groups metrics by the prefix before "/": each StepRecord field goes to the section a
+# user looks in. Fields not named here identify the step or are constants (params), not step metrics.
+METRIC_SECTIONS = {
+    "search": ("best_val", "mean_val", "pareto_front_size", "width", "distinct_parents", "proposals", "improved",
+               "accepted", "full_validation", "sibling_merged", "reflection_failures", "metric_calls",
+               "metric_calls_total"),
+    "cost": ("lm_calls", "prompt_tokens", "completion_tokens", "cost_usd", "cost_usd_total", "lm_retries",
+             "lm_failures"),
+    "time": ("wall_s", "reflection_s", "screening_s", "validation_s", "sibling_merge_s"),
+    "pool": ("worker_utilisation", "rollouts", "rollout_failures"),
 }
+SECTION_OF = {name: section for section, names in METRIC_SECTIONS.items() for name in names}
+# The two charts a user opens the run for: the best validation score by metric calls spent (step = metric
+# calls) and by wall-clock (step = milliseconds since the start). MLflow's run page sorts its sections by
+# name, so "best_val" comes first (then cost, pool, search, time, totals; unprefixed "Model metrics" last).
+BEST_BY_CALLS, BEST_BY_WALL_CLOCK = "best_val/by_metric_calls", "best_val/by_wall_clock_ms"
+ELAPSED = "time/elapsed_s"
 # Files of a log directory that are uploaded as artifacts (gepa's pickled state is not).
 ARTIFACT_FILES = (
     runlog.MANIFEST_NAME, STEP_LOG_NAME, "proposals.jsonl", runlog.PROGRAM_NAME,
     runlog.PROPOSALS_TABLE, runlog.CANDIDATES_TABLE,
 )
+# The same tables as MLflow tables (the run's "Artifacts" tab shows them as tables, searchable).
+MLFLOW_TABLES = {runlog.PROPOSALS_TABLE: "tables/proposals.json", runlog.CANDIDATES_TABLE: "tables/candidates.json"}
+
+
+def metric_key(field_name: str) -> str:
+    """A StepRecord field's MLflow metric name: ``<section>/<field>``."""
+    return f"{SECTION_OF[field_name]}/{field_name}"
 
 
 def probe(tracking_uri: str) -> str | None:
@@ -119,46 +142,100 @@ class MlflowMirror:
         stamp = int((timestamp_s or time.time()) * 1000)
         self.client.log_batch(run_id, metrics=[Metric(key, value, stamp, step) for key, value in metrics.items()])
 
+    def log_points(self, run_id: str, points: list[tuple[str, float, int]],
+                   timestamp_s: float | None = None) -> None:
+        """Metrics that each have their own step (the first charts' x axes are not the step number)."""
+        from mlflow.entities import Metric
+
+        stamp = int((timestamp_s or time.time()) * 1000)
+        self.client.log_batch(run_id, metrics=[Metric(key, value, stamp, step) for key, value, step in points])
+
+    def log_step(self, run_id: str, record: StepRecord, run_started_at: float) -> None:
+        """One StepRecord: its sections' metrics at its step, and the best score by calls and by wall-clock."""
+        ended = record.started_at + record.wall_s
+        self.log_metrics(run_id, step_metrics(record, run_started_at), step=record.step, timestamp_s=ended)
+        self.log_points(run_id, best_val_points(record.best_val, record.metric_calls_total, ended - run_started_at),
+                        timestamp_s=ended)
+
+    def log_baseline(self, run_id: str, baseline: Baseline, run_started_at: float) -> None:
+        """The seed program's validation: step 0 of every curve."""
+        stamp = run_started_at + baseline.elapsed_s
+        self.log_metrics(run_id, baseline_metrics(baseline), step=0, timestamp_s=stamp)
+        self.log_points(run_id, best_val_points(baseline.val_score, baseline.metric_calls, baseline.elapsed_s),
+                        timestamp_s=stamp)
+
     def logged_steps(self, run_id: str) -> set[int]:
-        return {m.step for m in self.client.get_metric_history(run_id, "metric_calls_total")}
+        return {m.step for m in self.client.get_metric_history(run_id, metric_key("metric_calls_total"))}
 
     def upload(self, run_id: str, log_dir: str) -> None:
         for name in ARTIFACT_FILES:
             path = os.path.join(log_dir, name)
             if os.path.exists(path):
                 self.client.log_artifact(run_id, path)
+        for name, artifact_file in MLFLOW_TABLES.items():
+            path = os.path.join(log_dir, name)
+            if os.path.exists(path):
+                self.client.log_table(run_id, runlog.read_table(path), artifact_file)
         plots = os.path.join(log_dir, runlog.PLOTS_DIR)
         if os.path.isdir(plots) and os.listdir(plots):
             self.client.log_artifacts(run_id, plots, runlog.PLOTS_DIR)
+
+    def log_program(self, run_id: str, source: ModelSource, on_failure: Callable[[str], None]) -> None:
+        """The optimized program as the run's model, with its prompts.
+
+        A model MLflow refuses, or a registered model name the registry refuses, is ``on_failure``'s
+        to report: the run's other records go on, so this never raises for it.
+        """
+        try:
+            logged = log_program(self.client, run_id, source, source.metrics.get("val_score"))
+        except Exception as error:  # noqa: BLE001 - a refused model is not a lost run
+            on_failure(f"{type(error).__name__}: {error}")
+            return
+        self.client.set_tag(run_id, MODEL_TAG, logged.model_uri)
+        name = source.options.registered_model_name
+        if name:
+            try:
+                register_model(self.client, name, logged.model_uri, run_id)
+            except Exception as error:  # noqa: BLE001 - the model is logged; only its registry entry is missing
+                on_failure(f"it is logged as {logged.model_uri}, but the Model Registry refused it as {name!r} "
+                           f"({type(error).__name__}: {error}); register it with "
+                           f"mlflow.register_model({logged.model_uri!r}, {name!r})")
 
     def end(self, run_id: str, status: str, end_time_s: float | None = None) -> None:
         self.client.set_terminated(run_id, status, end_time=int((end_time_s or time.time()) * 1000))
 
 
 def step_metrics(record: StepRecord, run_started_at: float) -> dict[str, float]:
-    """Every numeric field of the step (booleans as 0/1), plus seconds since the run started."""
-    metrics: dict[str, float] = {}
-    for f in fields(record):
-        value = getattr(record, f.name)
-        if f.name in NOT_STEP_METRICS or value is None or not isinstance(value, (int, float)):
-            continue
-        metrics[f.name] = float(value)
-    metrics["crossover"] = float(record.kind == "crossover")
-    metrics["elapsed_s"] = record.started_at + record.wall_s - run_started_at
+    """The step's measurements by section (booleans as 0/1), and seconds since the run started.
+
+    A crossover step (gepa's ``use_merge``) is marked by ``search/crossover`` = 1; other steps log
+    nothing for it, so a run without crossover has no chart of zeros.
+    """
+    metrics = {metric_key(f.name): float(value) for f in fields(record)
+               if f.name in SECTION_OF and isinstance(value := getattr(record, f.name), (int, float))}
+    if record.kind == "crossover":
+        metrics["search/crossover"] = 1.0
+    metrics[ELAPSED] = record.started_at + record.wall_s - run_started_at
     return metrics
 
 
 def baseline_metrics(baseline: Baseline) -> dict[str, float]:
     metrics = {
-        "best_val": baseline.val_score,
-        "mean_val": baseline.val_score,
-        "metric_calls_total": float(baseline.metric_calls),
-        "elapsed_s": baseline.elapsed_s,
-        "pareto_front_size": 1.0,
+        metric_key("best_val"): baseline.val_score,
+        metric_key("mean_val"): baseline.val_score,
+        metric_key("metric_calls_total"): float(baseline.metric_calls),
+        ELAPSED: baseline.elapsed_s,
+        metric_key("pareto_front_size"): 1.0,
     }
     if baseline.cost_usd is not None:
-        metrics["cost_usd_total"] = baseline.cost_usd
+        metrics[metric_key("cost_usd_total")] = baseline.cost_usd
     return metrics
+
+
+def best_val_points(best_val: float, metric_calls: int, elapsed_s: float) -> list[tuple[str, float, int]]:
+    """The two first charts' points for one moment of the run: (metric, value, step)."""
+    return [(BEST_BY_CALLS, best_val, int(metric_calls)),
+            (BEST_BY_WALL_CLOCK, best_val, round(elapsed_s * 1000))]
 
 
 class BackgroundWriter:

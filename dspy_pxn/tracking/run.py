@@ -32,21 +32,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from dspy_pxn.description import RunDescription
-from dspy_pxn.resume import GEPA_STATE_FILE
 from dspy_pxn.records import StepRecord
+from dspy_pxn.resume import GEPA_STATE_FILE
 from dspy_pxn.tracker import TrackingArgumentError, TrackingArguments
 from dspy_pxn.tracking import runlog
-from dspy_pxn.tracking.config import DEFAULT_EXPERIMENT, default_tracking_uri, require_mlflow, slug
+from dspy_pxn.tracking.autolog import logs_compiles
+from dspy_pxn.tracking.config import default_experiment, default_tracking_uri, require_mlflow, slug
 from dspy_pxn.tracking.lineage import LineageObserver, read_proposals
 from dspy_pxn.tracking.mlflow_io import (
     CONFIG_TAG,
     SWEEP_TAG,
     BackgroundWriter,
     MlflowMirror,
-    baseline_metrics,
     probe,
-    step_metrics,
 )
+from dspy_pxn.tracking.model import ModelOptions, ModelSource, caller_settings, default_prompt_prefix, model_source
 from dspy_pxn.tracking.parent import current_sweep
 from dspy_pxn.tracking.runlog import Baseline, FinalMetrics, RunManifest
 from dspy_pxn.usage import UsageMeter
@@ -61,13 +61,29 @@ class MlflowTracker:
     Runs go to ``tracking_uri`` (else MLflow's own: ``MLFLOW_TRACKING_URI``, else
     ``./mlflow.db``), into ``experiment``; inside ``with sweep(...)`` a run nests under the
     sweep's parent run, and inside the caller's ``with mlflow.start_run():`` under that run.
+
+    The optimized program is logged as the run's MLflow model (``mlflow.dspy`` flavor) and
+    registered as ``registered_model_name`` when given; each predictor's instruction is
+    registered in the Prompt Registry as ``<prompt_prefix>.<predictor>`` (default prefix:
+    ``<experiment>.<program class>``, so re-runs add versions to the same prompts).
     """
 
     tracking_uri: str | None = None
     experiment: str | None = None
     run_name: str | None = None
     tags: tuple[tuple[str, str], ...] = ()
-    flush_timeout_s: float = 30.0
+    flush_timeout_s: float = 60.0  # the last records, the tables and the model (MLflow infers nothing: ~5 s)
+    registered_model_name: str | None = None
+    prompt_prefix: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("registered_model_name", "prompt_prefix"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ValueError(f"{name} must be a non-empty string, got {value!r}, e.g. {name}='hover-agent'.")
+        if self.registered_model_name is not None and set(self.registered_model_name) & set("/:"):
+            raise ValueError(f"registered_model_name={self.registered_model_name!r}: MLflow model names cannot "
+                             "contain '/' or ':'; use e.g. 'hover-agent'.")
 
     @classmethod
     def from_arguments(cls, arguments: TrackingArguments) -> MlflowTracker | None:
@@ -76,10 +92,12 @@ class MlflowTracker:
         Any of ``tracking_uri``/``experiment``/``run_name``/``run_tags`` turns tracking on;
         ``mlflow=False`` with one of them is a contradiction and fails here.
         """
-        mlflow, tracking_uri, experiment, run_name, run_tags = (
+        mlflow, tracking_uri, experiment, run_name, run_tags, registered_model_name = (
             arguments.mlflow, arguments.tracking_uri, arguments.experiment, arguments.run_name, arguments.run_tags,
+            arguments.registered_model_name,
         )
-        arguments = {"tracking_uri": tracking_uri, "experiment": experiment, "run_name": run_name, "run_tags": run_tags}
+        arguments = {"tracking_uri": tracking_uri, "experiment": experiment, "run_name": run_name, "run_tags": run_tags,
+                     "registered_model_name": registered_model_name}
         given = {name: value for name, value in arguments.items() if value is not None}
         if mlflow is not None and not isinstance(mlflow, bool):
             raise TypeError(
@@ -89,7 +107,7 @@ class MlflowTracker:
             raise ValueError(
                 f"mlflow=False contradicts {sorted(given)}: drop them, or set mlflow=True to track the run in MLflow."
             )
-        for name in ("tracking_uri", "experiment", "run_name"):
+        for name in ("tracking_uri", "experiment", "run_name"):  # registered_model_name: __post_init__
             value = given.get(name)
             if value is not None and (not isinstance(value, str) or not value.strip()):
                 raise ValueError(f"{name} must be a non-empty string, got {value!r}.")
@@ -98,10 +116,11 @@ class MlflowTracker:
             raise ValueError(
                 f"run_tags must map strings to strings, got {run_tags!r}, e.g. run_tags={{'dataset': 'hover'}}."
             )
-        if not (mlflow or given):
+        if not (mlflow or given or (mlflow is None and logs_compiles())):
             return None
-        require_mlflow("mlflow=True" if mlflow else f"{min(given)}=...")
-        return cls(tracking_uri, experiment, run_name, tuple(sorted(tags.items())))
+        require_mlflow(f"{min(given)}=..." if given else "mlflow=True")
+        return cls(tracking_uri, experiment, run_name, tuple(sorted(tags.items())),
+                   registered_model_name=registered_model_name)
 
     def start(self, description: RunDescription, *, log_dir: str | None, usage: UsageMeter) -> MlflowRun:
         """Resolve where the run goes (sweep, caller's active run, or this tracker's settings), then open it.
@@ -137,19 +156,25 @@ class MlflowTracker:
             tags[SWEEP_TAG] = parent_sweep.manifest.run_name
         else:
             tracking_uri = self.tracking_uri or default_tracking_uri()
-            experiment = self.experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_EXPERIMENT
+            experiment = self.experiment or default_experiment(tracking_uri)
             active = mlflow.active_run()
             if active is not None and self.tracking_uri is None and self.experiment is None:
                 # Compiled inside the caller's `with mlflow.start_run():` -> nest under it, in its experiment.
                 parent_run_id = active.info.run_id
                 experiment = _experiment_name(tracking_uri, active.info.experiment_id) or experiment
         run_name = self.run_name or f"BatchedGEPA {description.label}"
+        options = ModelOptions(
+            prompt_prefix=self.prompt_prefix or default_prompt_prefix(experiment, description.program),
+            registered_model_name=self.registered_model_name,
+            input_example=description.input_example, output_example=description.output_example,
+        )
         resuming = log_dir is not None and os.path.exists(os.path.join(log_dir, GEPA_STATE_FILE))
         previous = RunManifest.load(log_dir) if resuming else None
         if previous is not None and previous.kind == "run" and previous.run_id:
             # The process died mid-run and compile() is resuming it: keep tracking the same MLflow run.
             previous.status = runlog.RUNNING
-            tracker = MlflowRun(previous, log_dir, usage, self.flush_timeout_s, online=online, resumed=True)
+            tracker = MlflowRun(previous, log_dir, usage, self.flush_timeout_s, online=online, resumed=True,
+                                model_options=options)
             if parent_sweep is not None:
                 parent_sweep.children.append(log_dir)
             return tracker
@@ -169,7 +194,7 @@ class MlflowTracker:
             tags=tags,
             parent_run_id=parent_run_id,
         )
-        tracker = MlflowRun(manifest, log_dir, usage, self.flush_timeout_s, online=online)
+        tracker = MlflowRun(manifest, log_dir, usage, self.flush_timeout_s, online=online, model_options=options)
         if parent_sweep is not None:
             parent_sweep.children.append(log_dir)
         return tracker
@@ -185,9 +210,11 @@ class MlflowRun:
 
     def __init__(
         self, manifest: RunManifest, log_dir: str, usage: UsageMeter | None, flush_timeout_s: float, online: bool,
-        resumed: bool = False,
+        resumed: bool = False, model_options: ModelOptions | None = None,
     ):
         self.manifest = manifest
+        self.model_options = model_options
+        self.dspy_settings = _caller_settings()  # made here, in the compiling thread, before the run's own context
         self.resumed = resumed  # continuing a run from its log_dir: reopen its MLflow run, keep its clock
         self.log_dir = log_dir
         self.usage = usage
@@ -274,13 +301,13 @@ class MlflowRun:
         )
         self.manifest.baseline = baseline
         self._save_manifest()
-        self._submit(lambda m, run_id: m.log_metrics(run_id, baseline_metrics(baseline), step=0))
+        started_at = self.manifest.started_at
+        self._submit(lambda m, run_id: m.log_baseline(run_id, baseline, started_at))
 
     # -- step sink --------------------------------------------------------------------------------
     def on_step(self, record: StepRecord) -> None:
-        metrics = step_metrics(record, self.manifest.started_at)
-        ended = record.started_at + record.wall_s
-        self._submit(lambda m, run_id: m.log_metrics(run_id, metrics, step=record.step, timestamp_s=ended))
+        started_at = self.manifest.started_at
+        self._submit(lambda m, run_id: m.log_step(run_id, record, started_at))
 
     # -- end of the run ---------------------------------------------------------------------------
     def finish(self, program: Any, results: Any) -> None:
@@ -298,11 +325,35 @@ class MlflowRun:
             self._save_manifest()
         except Exception as error:  # noqa: BLE001 - results stay in the returned program regardless
             logger.warning("Could not write the run's tables, program or plots to %s: %s", self.log_dir, error)
+        source = self._keep_model_source(program, results)
         if final is not None:
             metrics = final.metrics()
             self._submit(lambda m, run_id: m.log_metrics(run_id, metrics, step=len(steps)))
         self._submit(lambda m, run_id: m.upload(run_id, self.log_dir))
+        if source is not None:
+            self._submit(lambda m, run_id: m.log_program(run_id, source, self.warn_model))
         self._close(runlog.FINISHED)
+
+    def _keep_model_source(self, program: Any, results: Any) -> ModelSource | None:
+        """The program as it will be logged, kept in the log directory first (for ``mlflow-import``)."""
+        if self.model_options is None or self.dspy_settings is None:
+            return None
+        try:
+            source = model_source(program, self.dspy_settings, self.model_options, results)
+            source.save(self.log_dir)
+        except Exception as error:  # noqa: BLE001 - a program that cannot be copied or pickled: no model
+            self.warn_model(f"it cannot be serialized ({type(error).__name__}: {error}); a program that holds locks, "
+                            "open files or connections cannot be an MLflow model")
+            return None
+        return source
+
+    def warn_model(self, reason: str) -> None:
+        """A model or prompt MLflow refused is one warning; the run's other records go on."""
+        logger.warning(
+            "The optimized program of run %r is not (all) in MLflow: %s. The program is returned and saved in "
+            "%s; once the cause is fixed, dspy-pxn mlflow-import %s logs a model MLflow did not take.",
+            self.manifest.run_name, reason, self.log_dir, self.log_dir,
+        )
 
     def fail(self, error: BaseException) -> None:
         self.manifest.status = runlog.FAILED
@@ -369,6 +420,15 @@ def final_metrics(
         cost_usd=getattr(usage, "cost_usd", None),
         test_score=test_score,
     )
+
+
+def _caller_settings() -> dict[str, Any] | None:
+    try:
+        return caller_settings()
+    except Exception as error:  # noqa: BLE001 - an LM that cannot be copied: the run goes on, without a model
+        logger.warning("The DSPy settings cannot be kept for the run's MLflow model (%s: %s); it will not be logged.",
+                       type(error).__name__, error)
+        return None
 
 
 def _experiment_name(tracking_uri: str, experiment_id: str) -> str | None:

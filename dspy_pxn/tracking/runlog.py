@@ -23,6 +23,7 @@ CANDIDATES_TABLE = "candidates.csv"
 PLOTS_DIR = "plots"
 
 RUNNING, FINISHED, FAILED = "RUNNING", "FINISHED", "FAILED"
+SUMMARY = "totals"  # the MLflow metric prefix of a run's totals (its run page section)
 
 
 @dataclass
@@ -56,25 +57,23 @@ class FinalMetrics:
         return None if self.test_score is None else self.best_val - self.test_score
 
     def metrics(self) -> dict[str, float]:
-        """MLflow names for the final metrics; unknown values are left out, not logged as 0.
-
-        ``best_val`` is not repeated: the last step already logged it, and a second value
-        at the same step would put a duplicate point on its curve.
-        """
+        """The totals, logged once at the end in the run page's ``totals`` section; unknown values are
+        left out, not logged as 0."""
         values = {
-            "total_metric_calls": self.metric_calls,
+            "best_val": self.best_val,
+            "metric_calls": self.metric_calls,
             "iterations": self.iterations,
             "validation_trigger_fraction": self.validation_trigger_fraction,
             "candidates": self.candidates,
-            "total_wall_s": self.wall_s,
-            "total_lm_calls": self.lm_calls,
-            "total_prompt_tokens": self.prompt_tokens,
-            "total_completion_tokens": self.completion_tokens,
-            "total_cost_usd": self.cost_usd,
+            "wall_s": self.wall_s,
+            "lm_calls": self.lm_calls,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "cost_usd": self.cost_usd,
             "test_score": self.test_score,
             "val_test_gap": self.val_test_gap,
         }
-        return {name: float(value) for name, value in values.items() if value is not None}
+        return {f"{SUMMARY}/{name}": float(value) for name, value in values.items() if value is not None}
 
 
 @dataclass
@@ -116,6 +115,28 @@ class RunManifest:
             final_fields = {f.name for f in fields(FinalMetrics)}
             data["final"] = FinalMetrics(**{k: v for k, v in data["final"].items() if k in final_fields})
         return cls(**data)
+
+
+def read_table(path: str) -> dict[str, list[Any]]:
+    """A table written by ``write_table``, by column (what ``MlflowClient.log_table`` takes): numbers as
+    numbers, empty cells as None, texts, lists and dicts as the text the CSV holds."""
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(handle)
+        columns: dict[str, list[Any]] = {name: [] for name in reader.fieldnames or []}
+        for row in reader:
+            for name, cells in columns.items():
+                cells.append(_cell(row[name]))
+    return columns
+
+
+def _cell(text: str) -> Any:
+    if text == "":
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, (int, float)) else text
 
 
 def write_table(path: str, rows: Sequence[Any]) -> None:

@@ -15,8 +15,9 @@ from contextlib import contextmanager
 
 from dspy_pxn.tracker import tracking_by_default
 from dspy_pxn.tracking import runlog
-from dspy_pxn.tracking.config import DEFAULT_EXPERIMENT, default_tracking_uri, require_mlflow, slug
-from dspy_pxn.tracking.mlflow_io import SWEEP_TAG, MlflowMirror, probe
+from dspy_pxn.tracking.config import default_experiment, default_tracking_uri, require_mlflow, slug
+from dspy_pxn.tracking.mlflow_io import BEST_RUN_TAG, MODEL_TAG, SWEEP_TAG, MlflowMirror, probe
+from dspy_pxn.tracking.model import register_model
 from dspy_pxn.tracking.parent import CURRENT_SWEEP, Sweep
 from dspy_pxn.tracking.run import MlflowTracker
 from dspy_pxn.tracking.runlog import RunManifest
@@ -32,12 +33,15 @@ def sweep(
     tracking_uri: str | None = None,
     log_dir: str | None = None,
     compare: bool = True,
+    registered_model_name: str | None = None,
 ) -> Iterator[Sweep]:
     """One parent MLflow run; every BatchedGEPA compiled inside the block is a nested child.
 
     Nesting is decided here and at each compile, in the caller's context, and carried as
     explicit run ids, so worker threads cannot create orphan runs. With ``compare`` the
-    children's comparison (plots and table, ``dspy_pxn.tracking.compare``) is attached to the parent.
+    children's comparison (plots and table, ``dspy_pxn.tracking.compare``) is attached to the parent,
+    and the parent names its best child and that child's program (tags ``dspy_pxn.best_run_id``,
+    ``dspy_pxn.model_uri``); ``registered_model_name`` registers that program in the Model Registry.
     """
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"sweep name must be a non-empty string, got {name!r}, e.g. sweep('pxn-grid').")
@@ -45,7 +49,7 @@ def sweep(
     manifest = RunManifest(
         kind="sweep",
         run_name=name,
-        experiment=experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_EXPERIMENT,
+        experiment=experiment or default_experiment(tracking_uri or default_tracking_uri()),
         tracking_uri=tracking_uri or default_tracking_uri(),
         started_at=time.time(),
         tags={SWEEP_TAG: name},
@@ -77,21 +81,29 @@ def sweep(
         manifest.status = status
         manifest.save(log_dir)
         if mirror is not None and manifest.run_id is not None:
-            _end_sweep(mirror, current, status, compare)
+            _end_sweep(mirror, current, status, compare, registered_model_name)
 
 
-def _end_sweep(mirror: MlflowMirror, current: Sweep, status: str, compare: bool) -> None:
+def _end_sweep(mirror: MlflowMirror, current: Sweep, status: str, compare: bool,
+               registered_model_name: str | None) -> None:
     run_id = current.manifest.run_id
     assert run_id is not None
     try:
-        if compare and current.children:
-            from dspy_pxn.tracking.compare import compare_runs, load_runs
+        if (compare or registered_model_name) and current.children:
+            from dspy_pxn.tracking.compare import best_run, compare_runs, load_runs
 
             runs = load_runs(current.manifest.experiment, mirror.tracking_uri, parent_run_id=run_id)
-            if runs:
+            if runs and compare:
                 out = os.path.join(current.log_dir, "comparison")
                 compare_runs(runs, out)
                 mirror.client.log_artifacts(run_id, out, "comparison")
+            best = best_run(runs)
+            if best is not None:  # the sweep's answer, on its own page: which child won, and its program
+                mirror.client.set_tag(run_id, BEST_RUN_TAG, best.run_id)
+                if best.model_uri:
+                    mirror.client.set_tag(run_id, MODEL_TAG, best.model_uri)
+                if best.model_uri and registered_model_name:
+                    register_model(mirror.client, registered_model_name, best.model_uri, best.run_id)
         mirror.log_params(run_id, {"runs": str(len(current.children))})
         mirror.end(run_id, status)
     except Exception as error:  # noqa: BLE001

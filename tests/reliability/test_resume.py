@@ -16,6 +16,7 @@ from dspy_pxn import BatchedGEPA, read_step_log
 from dspy_pxn import testing as sim
 from dspy_pxn.resume import load_saved_state
 from dspy_pxn.testing import LatencyServer
+from dspy_pxn.tracking import MODEL_TAG
 from tests.conftest import seed_program
 
 # The step loop: deterministic, so a resumed run can be compared candidate by candidate with an
@@ -201,6 +202,9 @@ def test_a_resumed_tracked_run_continues_its_mlflow_run(server, tmp_path):
     runs = client.search_runs([client.get_experiment_by_name("resume").experiment_id])
     assert [r.info.run_id for r in runs] == [first.mlflow_run_id]
     assert runs[0].info.status == "FINISHED"
-    logged = sorted(m.step for m in client.get_metric_history(first.mlflow_run_id, "metric_calls_total"))
+    logged = sorted(m.step for m in client.get_metric_history(first.mlflow_run_id, "search/metric_calls_total"))
     assert logged[-1] == len(extended.steps)
+    # Each finish logged the program it returned: the extended run's model is the run's model now.
+    outputs = [o.model_id for o in runs[0].outputs.model_outputs]
+    assert len(outputs) == 2 and runs[0].data.tags[MODEL_TAG].removeprefix("models:/") in outputs
     assert set(range(1, len(extended.steps) + 1)) <= set(logged)
