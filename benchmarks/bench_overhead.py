@@ -10,6 +10,12 @@ and async schedule on threads and on a local Ray pool, at each W.
     python benchmarks/bench_overhead.py                                 # W 16,64, 3 rounds; ~20 min
     python benchmarks/bench_overhead.py --workers 16,64,256 --profile   # + where the driver's time goes
     python benchmarks/bench_overhead.py --workers 64 --configs "BatchedGEPA 16x1,BatchedGEPA 16x1 ray:1,BatchedGEPA 16x1 ray:2,BatchedGEPA 16x1 ray:4"
+    python benchmarks/bench_overhead.py --workers 64 --task light --in-process --configs "dspy.GEPA 1x1,BatchedGEPA 1x1"
+                                        # per-call overhead alone: a bare Predict on the in-process zero-latency LM
+
+``--task light`` asks the same questions of a bare ``dspy.Predict`` (one output field, no reasoning);
+``--in-process`` answers with the simulated LM in this process instead of the server (no litellm,
+no HTTP), so what is left per call is DSPy's own path and what the optimizer adds to it.
                                                                         # throughput as Ray actors are added
 
 The machine is shared and noisy, so every configuration runs ``--repeats`` times in rounds
@@ -33,6 +39,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Self
 
 import dspy
 from gepa.strategies.proposal_sampling import PxNSampling
@@ -54,7 +61,20 @@ class Row:
     cpu_ms_per_call: float
 
 
-def make_optimizer(config: str, workers: int, server: LatencyServer, args, pool=None) -> dspy.Teleprompter:
+class InProcessLMs:
+    """Stands in for the latency server: the same answers from ``SimulatedLM`` in this process, at zero latency."""
+
+    def lm(self, kind: str) -> dspy.BaseLM:
+        return sim.SimulatedLM()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def make_optimizer(config: str, workers: int, server: LatencyServer | InProcessLMs, args, pool=None) -> dspy.Teleprompter:
     common = dict(metric=sim.metric, max_metric_calls=args.budget, reflection_lm=server.lm("reflection"),
                   num_threads=workers, use_merge=False, seed=0)
     shape = config.split()[1]
@@ -76,13 +96,22 @@ def ray_actors(config: str) -> int | None:
     return int(token.partition(":")[2] or os.cpu_count() or 1)
 
 
-def run_one(config: str, workers: int, server: LatencyServer, args, pool=None) -> Row:
+def seed_program(task: str) -> dspy.Module:
+    """``rules``: the simulated task's chain of thought. ``light``: the same questions asked of a bare
+    ``dspy.Predict`` (no reasoning field, a one-number answer), so the LM path is as cheap as DSPy gets
+    and what an optimizer adds per call is most of what is measured."""
+    if task == "rules":
+        return sim.seed_program()
+    return dspy.Predict(dspy.Signature("question -> answer", sim.seed_instruction()))
+
+
+def run_one(config: str, workers: int, server: LatencyServer | InProcessLMs, args, pool=None) -> Row:
     """One compile; with a Ray config, ``pool`` is a RayWorkerPool with that config's actors."""
     train, val, _ = sim.make_splits(seed=0, train=args.train, val=args.val, test=1)
     optimizer = make_optimizer(config, workers, server, args, pool)
     with dspy.context(lm=server.lm("task")):
         cpu, start = time.process_time(), time.perf_counter()
-        best = optimizer.compile(sim.seed_program(), trainset=train, valset=val)
+        best = optimizer.compile(seed_program(args.task), trainset=train, valset=val)
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     calls = best.detailed_results.total_metric_calls
     return Row(config, workers, wall, calls, calls / wall, 1000 * cpu / calls)
@@ -99,7 +128,7 @@ def library_of(path: str) -> str:
     return "python stdlib / other"
 
 
-def cpu_profile(config: str, workers: int, server: LatencyServer, args) -> dict[str, object]:
+def cpu_profile(config: str, workers: int, server: LatencyServer | InProcessLMs, args) -> dict[str, object]:
     """Self CPU time by library and dspy_pxn's own hottest functions, over every thread (yappi, CPU clock)."""
     import yappi
 
@@ -133,6 +162,10 @@ def main() -> None:
                                              "BatchedGEPA 16x1,BatchedGEPA 16x1 async,BatchedGEPA 16x1 ray,"
                                              "BatchedGEPA 16x1 async ray",
                         help='comma-separated; "ray" runs rollouts on one Ray actor per CPU, "ray:K" on K actors')
+    parser.add_argument("--task", choices=("rules", "light"), default="rules",
+                        help="rules: the simulated task's chain of thought; light: a bare Predict, tiny prompts")
+    parser.add_argument("--in-process", action="store_true",
+                        help="answer with the in-process simulated LM (no litellm, no HTTP) instead of the server")
     parser.add_argument("--repeats", type=int, default=3, help="rounds per W (median and range are printed)")
     parser.add_argument("--profile", action="store_true", help="sample the driver's stacks in one run per W")
     parser.add_argument("--out", default=str(RESULTS / "overhead.json"))
@@ -144,7 +177,7 @@ def main() -> None:
         import ray
 
         ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)  # shared by every pool
-    with LatencyServer(task_latency=0.0, reflection_latency=0.0) as server:
+    with (InProcessLMs() if args.in_process else LatencyServer(task_latency=0.0, reflection_latency=0.0)) as server:
         for workers in (int(w) for w in args.workers.split(",")):
             ray_pools = {}  # one pool per actor count, kept over the rounds (actors start once)
             for actors in dict.fromkeys(filter(None, map(ray_actors, configs))):

@@ -11,7 +11,10 @@ same waits as the latency server, without HTTP between). Rows, side by side in o
     steps 4x4 all | best | merge | merge+best     BatchedGEPA, schedule="steps"
     async 4x4 all | merge              BatchedGEPA, schedule="async"
 
-Printed per (landscape, latency): wall (mean over seeds), ×floor (B·T_e/W), speedup vs
+Printed per (landscape, latency): wall (mean over seeds), ×floor (B·T_e/W), ×limit (wall over
+max(floor, G·critical path): G is the generations behind the best candidate, the longest chain of
+parents back to the seed, and a generation's critical path is 3·T_e + T_r, plus T_r for a merge, so
+no schedule reaches that candidate sooner), G (mean), speedup vs
 dspy.GEPA 1×1's mean wall, metric calls / B (max over seeds), held-out mean ± spread
 (sample standard deviation) and the per-seed test scores. Everything is also written to
 benchmarks/results/schedules.json.
@@ -62,11 +65,11 @@ def optimizer(config: str, args, reflection_lm: dspy.BaseLM, seed: int) -> dspy.
     if config.startswith("dspy.GEPA+PxNSampling"):
         p, n = map(int, config.split()[-1].split("x"))
         return dspy.GEPA(**common, track_stats=True, gepa_kwargs={"sampling_strategy": PxNSampling(p, n)})
-    # "async 4x4 merge", plus optional dials: "m6" (reflection minibatch of 6: each reflection reads
+    # "async 4x4 merge" ("async auto merge": p="auto", the width following W within the budget), plus optional dials: "m6" (reflection minibatch of 6: each reflection reads
     # twice the feedback, screening costs twice the calls) and "cache" (gepa's cache_evaluation: a
     # (candidate, example) pair already scored is not scored again; step loop only).
     schedule, shape, selection, *dials = config.split()
-    p, n = map(int, shape.split("x"))
+    p, n = ("auto", 1) if shape == "auto" else map(int, shape.split("x"))
     extra: dict = {}
     for dial in dials:
         if dial.startswith("m") and dial[1:].isdigit():
@@ -104,7 +107,30 @@ def run_one(config: str, args, landscape: str, latency: str, seed: int) -> dict:
     with dspy.context(lm=sim.SimulatedLM(landscape=landscape)):
         test_score = dspy.Evaluate(devset=test, metric=sim.score, num_threads=16, display_progress=False)(best).score / 100
     return {"config": config, "seed": seed, "wall_s": wall, "metric_calls": results.total_metric_calls,
-            "candidates": len(results.candidates), "best_val": max(results.val_aggregate_scores), "test": test_score}
+            "candidates": len(results.candidates), "best_val": max(results.val_aggregate_scores), "test": test_score,
+            "generations": lineage_depth(results.parents, results.best_idx)}
+
+
+def lineage_depth(parents: list[list[int | None]], index: int) -> int:
+    """Generations G behind a candidate: the longest chain of parents back to the seed (a merge counts its
+    deepest parent). Each one costs at least a critical path, so G bounds how fast the run can get there."""
+    depths: dict[int, int] = {}
+
+    def depth(i: int) -> int:
+        if i not in depths:
+            known = [p for p in (parents[i] or []) if p is not None]
+            depths[i] = 1 + max(map(depth, known)) if known else 0
+        return depths[i]
+
+    return depth(index)
+
+
+def critical_path_s(config: str, args) -> float:
+    """One generation's unavoidable wait: the parent on its minibatch, the reflection, the child on the
+    minibatch, its validation (3·T_e + T_r), plus a merge's reflection where the selection merges."""
+    task_s = args.task_latency * args.scale
+    reflection_s = args.reflection_ratio * task_s
+    return 3 * task_s + reflection_s + (reflection_s if "merge" in config.split() else 0.0)
 
 
 def summarise(rows: list[dict], args) -> list[dict]:
@@ -115,8 +141,11 @@ def summarise(rows: list[dict], args) -> list[dict]:
         wall = statistics.mean(r["wall_s"] for r in mine)
         baseline = baseline or (wall if config == "dspy.GEPA 1x1" else None)
         tests = [r["test"] for r in mine]
+        generations = statistics.mean(r["generations"] for r in mine)
+        limits = [max(floor, r["generations"] * critical_path_s(config, args)) for r in mine]
         table.append({
             "config": config, "wall_s": wall, "x_floor": wall / floor, "speedup": (baseline / wall) if baseline else None,
+            "generations": generations, "x_limit": statistics.mean(r["wall_s"] / lim for r, lim in zip(mine, limits)),
             "metric_calls": max(r["metric_calls"] for r in mine), "test_mean": statistics.mean(tests),
             "test_sd": statistics.stdev(tests) if len(tests) > 1 else 0.0, "tests": tests,
             "val_mean": statistics.mean(r["best_val"] for r in mine),
@@ -138,6 +167,7 @@ def main() -> None:
     parser.add_argument("--val", type=int, default=30)
     parser.add_argument("--test", type=int, default=100)
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed+seeds-1 (add seeds to a run)")
     parser.add_argument("--landscapes", default="depth,breadth")
     parser.add_argument("--latencies", default="fixed,lognormal")
     parser.add_argument("--configs", default=DEFAULT_CONFIGS)
@@ -152,7 +182,7 @@ def main() -> None:
     report = {"args": vars(args), "tables": {}}
     for landscape in args.landscapes.split(","):
         for latency in args.latencies.split(","):
-            jobs = [(c, s) for s in range(args.seeds) for c in args.configs.split(",")]
+            jobs = [(c, s) for s in range(args.first_seed, args.first_seed + args.seeds) for c in args.configs.split(",")]
             with ThreadPoolExecutor(max_workers=args.parallel) as executor:
                 rows = list(executor.map(lambda job: run_one(job[0], args, landscape, latency, job[1]), jobs))
             table = summarise(rows, args)
@@ -160,11 +190,13 @@ def main() -> None:
             print(f"\n### landscape {landscape}, latency {latency} (T_e {args.task_latency * args.scale:g} s, "
                   f"T_r {args.reflection_ratio * args.task_latency * args.scale:g} s, B {args.budget}, W {args.workers}, "
                   f"|val| {args.val}, {args.seeds} seeds)\n")
-            print("| config | wall s | x floor | speedup | metric calls / B | held-out mean ± sd | best val | per seed |")
-            print("|---|---|---|---|---|---|---|---|")
+            print("| config | wall s | x floor | x limit | G | speedup | metric calls / B | held-out mean ± sd | "
+                  "best val | per seed |")
+            print("|---|---|---|---|---|---|---|---|---|---|")
             for r in table:
                 speedup = f"{r['speedup']:.2f}" if r["speedup"] else "—"
-                print(f"| {r['config']} | {r['wall_s']:.1f} | {r['x_floor']:.2f} | {speedup} | {r['metric_calls']} / "
+                print(f"| {r['config']} | {r['wall_s']:.1f} | {r['x_floor']:.2f} | {r['x_limit']:.2f} | "
+                      f"{r['generations']:.1f} | {speedup} | {r['metric_calls']} / "
                       f"{args.budget} | {r['test_mean']:.3f} ± {r['test_sd']:.3f} | {r['val_mean']:.3f} | "
                       f"{' '.join(f'{t:.2f}' for t in r['tests'])} |", flush=True)
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -40,6 +40,7 @@ from dspy_pxn.records import StepLog, StepRecorder
 from dspy_pxn.result import BatchedGEPAResult
 from dspy_pxn.tracker import TrackedRun, around_compile, effective_tracker, quietly, start_tracked_run
 from dspy_pxn.usage import UsageMeter, warn_if_answered_from_cache
+from dspy_pxn.width import AUTO, auto_parents
 
 if TYPE_CHECKING:  # a type only: the optimizer builds a Run, a Run never calls back into it
     from dspy_pxn.teleprompter import BatchedGEPA
@@ -63,10 +64,15 @@ class Run:
     guard: BudgetGuard
     description: RunDescription
     saved_state: GEPAState | None  # the state a resumed run continues, from log_dir
+    p: int  # parents per step: the optimizer's p, or what p="auto" came to for this pool, budget and valset
 
     @property
     def schedule(self) -> str:
         return self.optimizer.schedule
+
+    @property
+    def n(self) -> int:
+        return self.optimizer.n
 
     @classmethod
     def prepare(cls, optimizer: BatchedGEPA, student: Module, trainset: list[Example],
@@ -86,19 +92,20 @@ class Run:
         checks.examples_match_program(student, trainset=trainset, valset=valset, testset=optimizer.testset)
         checks.writable_dir("log_dir", optimizer.log_dir)
         reflection_lm = resolve_reflection_lm(optimizer)
-        if optimizer.chosen_for_user:
-            logger.info("P×N = %d×%d: schedule=%r, selection=%r (the defaults above 1×1; pass schedule='steps', "
-                        "selection='all' for the paper's step loop).", optimizer.p, optimizer.n, optimizer.schedule,
-                        selections.label(optimizer.selection))
         workers = optimizer.num_threads or default_num_threads(optimizer) if owns_pool(optimizer) else (
             optimizer.pool.num_workers)
+        p = parents_per_step(optimizer, RunShape(workers, budget, len(valset), m))
+        if optimizer.chosen_for_user:
+            logger.info("P×N = %d×%d: schedule=%r, selection=%r (the defaults above 1×1; pass schedule='steps', "
+                        "selection='all' for the paper's step loop).", p, optimizer.n, optimizer.schedule,
+                        selections.label(optimizer.selection))
         code = tuple(components.code_components(student))
-        description = describe(optimizer, student, trainset, valset, seed, code, budget, workers, reflection_lm)
+        description = describe(optimizer, p, student, trainset, valset, seed, code, budget, workers, reflection_lm)
         saved_state = resume.load_saved_state(optimizer.log_dir)
         if saved_state is not None:
             resume.check_resumable(saved_state, description.resume_settings(), optimizer.log_dir)
         return cls(optimizer, student, trainset, valset, metric, seed, code, reflection_lm,
-                   RunShape(workers, budget, len(valset), m), guard, description, saved_state)
+                   RunShape(workers, budget, len(valset), m), guard, description, saved_state, p)
 
     # ------------------------------------------------------------------------------ resources
     @contextmanager
@@ -118,7 +125,7 @@ class Run:
             log_dir = optimizer.log_dir or (tracked_run.log_dir if tracked_run is not None else None)
             step_log = StepLog(log_dir) if log_dir is not None else None
             recorder = StepRecorder(
-                optimizer.p, optimizer.n, self.shape, pool, usage, lm_calls, schedule=self.schedule,
+                self.p, self.n, self.shape, pool, usage, lm_calls, schedule=self.schedule,
                 sinks=[*([step_log] if step_log else []), *optimizer.step_sinks,
                        *([tracked_run.on_step] if tracked_run else [])],
             )
@@ -256,8 +263,21 @@ def resolve_reflection_lm(optimizer: BatchedGEPA) -> dspy.BaseLM | None:
 
 
 def default_num_threads(optimizer: BatchedGEPA) -> int:
-    """Enough workers for one step's screening (P·N·m rollouts), and at least dspy's own setting."""
+    """Enough workers for one step's screening (P·N·m rollouts), and at least dspy's own setting; with
+    p="auto" the width follows the pool, so the pool is dspy's setting."""
+    if optimizer.p == AUTO:
+        return dspy.settings.num_threads or 1
     return max(optimizer.p * optimizer.n * optimizer.reflection_minibatch_size, dspy.settings.num_threads or 1)
+
+
+def parents_per_step(optimizer: BatchedGEPA, shape: RunShape) -> int:
+    """The optimizer's p, or for p="auto" the parents that fill this pool within what the budget allows."""
+    if optimizer.p != AUTO:
+        return optimizer.p
+    p = auto_parents(shape, optimizer.n)
+    logger.info("p='auto': P×N = %d×%d (%d proposals in flight) for W=%d workers, B=%d metric calls, |val|=%d.",
+                p, optimizer.n, p * optimizer.n, shape.workers, shape.budget, shape.val_size)
+    return p
 
 
 def owns_pool(optimizer: BatchedGEPA) -> bool:
@@ -274,14 +294,14 @@ def make_pool(pool: str | None, workers: int) -> WorkerPool:
     return ThreadWorkerPool(workers)
 
 
-def describe(optimizer: BatchedGEPA, student: Module, trainset: list[Example], valset: list[Example],
+def describe(optimizer: BatchedGEPA, p: int, student: Module, trainset: list[Example], valset: list[Example],
              seed_candidate: dict[str, str], code_components: tuple[str, ...], budget: int, workers: int,
              reflection_lm: Any) -> RunDescription:
     """This compile, described once for tracking (params) and resume (settings)."""
     selector = optimizer.candidate_selection_strategy
     predictor_lms = [p.lm for _, p in student.named_predictors() if getattr(p, "lm", None) is not None]
     return RunDescription(
-        p=optimizer.p, n=optimizer.n, selection=selections.label(optimizer.selection), schedule=optimizer.schedule,
+        p=p, n=optimizer.n, selection=selections.label(optimizer.selection), schedule=optimizer.schedule,
         minibatch_size=optimizer.reflection_minibatch_size, seed=optimizer.seed, crossover=optimizer.use_merge,
         candidate_selection=selector if isinstance(selector, str) else type(selector).__name__,
         budget=budget, num_workers=workers, program=type(student).__name__,

@@ -40,6 +40,7 @@ from dspy_pxn.schedules import SCHEDULES
 from dspy_pxn.strategies import CANDIDATE_SELECTORS
 from dspy_pxn.strategies import component_selector as component_selector_named
 from dspy_pxn.tracker import Tracker, tracker_for
+from dspy_pxn.width import AUTO
 
 # Strategies BatchedGEPA owns; passing them through gepa_kwargs would silently undo P×N or the budget.
 OWNED_GEPA_KWARGS = (
@@ -70,6 +71,8 @@ class BatchedGEPA(dspy.GEPA):
             program's own ``program.metric``, which every ready-made program carries.
         p: Parents per step, distinct whenever the Pareto front has that many. Default 1. Raise it
             (with ``n``) to fill a larger pool: P·N·``reflection_minibatch_size`` rollouts run at once.
+            ``"auto"``: P·N follows the pool, W proposals in flight, fewer where the budget would
+            then buy under five validation windows (``dspy_pxn.width``); the run says what it chose.
         n: Mutations drawn per parent, each on its own minibatch. Default 1. Prefer more parents
             (``p``) to more mutations; ``n`` helps when the front holds only a few candidates.
         auto: dspy.GEPA's budget presets, ``"light"``, ``"medium"`` or ``"heavy"``, turned into metric
@@ -166,7 +169,7 @@ class BatchedGEPA(dspy.GEPA):
         self,
         metric: Callable[..., Any] | None = None,
         *,
-        p: int = 1,
+        p: int | Literal["auto"] = 1,
         n: int = 1,
         auto: Literal["light", "medium", "heavy"] | None = None,
         max_full_evals: int | None = None,
@@ -210,7 +213,8 @@ class BatchedGEPA(dspy.GEPA):
         max_concurrent_lm_calls: int | limits.LMCallLimiter | None = None,
         schedule: Literal["steps", "async"] | None = None,
     ):
-        self.p = checks.positive_int("p", p, "p is the number of parents sampled per step, e.g. p=8.")
+        self.p = p if p == AUTO else checks.positive_int(
+            "p", p, "p is the number of parents sampled per step, e.g. p=8, or p='auto' to fill the worker pool.")
         self.n = checks.positive_int("n", n, "n is the number of mutations drawn per parent, e.g. n=1.")
         checks.at_most_one_budget(auto, max_full_evals, max_metric_calls)
         if metric is not None:
@@ -225,7 +229,7 @@ class BatchedGEPA(dspy.GEPA):
             )
         if track_best_outputs and not track_stats:
             raise checks.ArgumentError("track_best_outputs=True needs track_stats=True (the outputs are part of the stats).")
-        wide = self.p * self.n > 1
+        wide = self.p == AUTO or self.p * self.n > 1
         self.selection = selections.checked(selection if selection is not None else ("merge" if wide else "all"))
         self.testset = checks.dataset("testset", testset) if testset is not None else None
         self.tracker, self.mlflow = tracker_for(

@@ -1,6 +1,7 @@
 """The runtime model: closed forms, monotonicity, fitting, bad input, the planner CLI."""
 
 import math
+import re
 import struct
 
 import pytest
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
 from dspy_pxn.cli import main as cli
-from dspy_pxn.planning import RunShape, RuntimeModel, floor_seconds, parse_shapes
+from dspy_pxn.planning import DEFAULT_SHAPES, RunShape, RuntimeModel, floor_seconds, parse_shapes, shapes_for
 from dspy_pxn.records import STEP_LOG_NAME, StepRecord
 from dspy_pxn.tracking.plots import plot_model_vs_measured
 from tests.conftest import seed_program
@@ -187,6 +188,25 @@ def test_planner_ranks_by_predicted_wall_clock():
     # In the paper's regime (reflection 4x a call, W=16) 1×1 is the slowest and has the most iterations.
     assert (ranked[-1].p, ranked[-1].n) == (1, 1)
     assert ranked[-1].iterations == max(p.iterations for p in ranked)
+
+
+@pytest.mark.parametrize(("workers", "widest"), [(16, 32), (64, 32), (192, 64), (256, 64), (512, 128)])
+def test_the_planner_ranks_shapes_as_wide_as_the_pool_can_feed(workers, widest):
+    shape = RunShape(workers=workers, budget=5000, val_size=150, minibatch_size=3)
+    shapes = shapes_for(shape)
+    assert max(p * n for p, n in shapes) == widest
+    assert all(p * n * shape.minibatch_size <= workers for p, n in shapes if p * n > 32)  # never wider than W/m
+    assert set(DEFAULT_SHAPES) <= set(shapes) and len(set(shapes)) == len(shapes)
+    ranked = RuntimeModel(task_s=2.0, reflection_s=8.0, acceptance=0.17).plan(shape)
+    assert {(pr.p, pr.n) for pr in ranked} == set(shapes)
+
+
+def test_plan_on_a_wide_pool_shows_wide_shapes(capsys):
+    assert cli(["plan", "--workers", "256", "--budget", "5000", "--val-size", "150", "--task-latency", "2",
+                "--reflection-latency", "8", "--schedules", "async", "--selection", "all", "--top", "40"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if re.match(r"\| \d+ \|", line)]
+    widths = {int(p) * int(n) for p, n in (row.split("|")[3].strip().split("×") for row in rows)}
+    assert 64 in widths and max(widths) == 64
 
 
 def test_records_from_a_real_run_fit_and_carry_what_the_model_needs(task_lm, splits, tmp_path):

@@ -17,7 +17,7 @@ from dspy_pxn.cli.plan import (
     plan_command,
 )
 from dspy_pxn.cli.run import DEFAULT_TIMEOUT_S, DEMO_DEFAULTS, demo_command, optimize_command, sweep_command
-from dspy_pxn.cli.tasks import TASKS
+from dspy_pxn.cli.tasks import TASKS, parents_flag
 
 
 def _run_options(parser: argparse.ArgumentParser, demo: bool = False) -> None:
@@ -70,7 +70,8 @@ def _run_options(parser: argparse.ArgumentParser, demo: bool = False) -> None:
 def add_run_commands(commands: Any) -> None:
     optimize = commands.add_parser("optimize", help="optimize a task program with BatchedGEPA")
     optimize.add_argument("task", help=f"one of {', '.join(TASKS)}")
-    optimize.add_argument("--p", type=int, default=2, help="parents per step")
+    optimize.add_argument("--p", type=parents_flag, default=2,
+                          help="parents per step, or 'auto': as many proposals in flight as --workers, within the budget")
     optimize.add_argument("--n", type=int, default=2, help="mutations per parent")
     optimize.add_argument("--corpus", help="hover: JSONL passages to search (BM25 index built beside it once)")
     _run_options(optimize)
@@ -108,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="T_r in seconds, without --from-run")
     plan.add_argument("--acceptance", type=float, default=ASSUMED_ACCEPTANCE,
                       help="share of children that beat their parent, without --from-run")
-    plan.add_argument("--shapes", help="P×N settings to rank, e.g. 1x1,2x2,8x1 (default: 16 shapes up to 32 wide)")
+    plan.add_argument("--shapes", help="P×N settings to rank, e.g. 1x1,2x2,8x1 (default: 16 shapes up to 32 wide, "
+                                       "and on a wider pool every power-of-two width up to W/m)")
     plan.add_argument("--selection", default="all,best,merge",
                       help="selections to rank, comma-separated: all | best | merge | merge+best | k (top-k)")
     plan.add_argument("--schedules", default="steps,async", help="schedules to rank: steps, async or both")

@@ -57,6 +57,14 @@ def score(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
+def shape_of(results: Any) -> str:
+    """The P×N the run had (what ``--p auto`` came to), from its step records."""
+    if not results.steps:
+        return ""
+    first = results.steps[0]
+    return f"{first.p}×{first.n} {first.schedule}, "
+
+
 def summary(outcome: RunOutcome) -> str:
     """Seed vs optimized on val and test, time, calls, cost, instructions, and where everything went."""
     results = outcome.program.detailed_results
@@ -69,8 +77,9 @@ def summary(outcome: RunOutcome) -> str:
         "== summary ==",
         f"val:  seed {score(seed_val)} -> optimized {score(best_val)}",
         f"test: seed {score(outcome.seed_test)} -> optimized {score(results.test_score)}",
-        (f"wall-clock {duration(results.wall_s)} (search), {len(results.steps)} steps, "
-         f"{results.total_metric_calls}/{results.budget} metric calls, {len(results.candidates)} candidates"),
+        shape_of(results) + (f"wall-clock {duration(results.wall_s)} (search), {len(results.steps)} steps, "
+                             f"{results.total_metric_calls}/{results.budget} metric calls, "
+                             f"{len(results.candidates)} candidates"),
         f"cost {cost}; {usage.lm_calls} LM calls, {usage.prompt_tokens} prompt + {usage.completion_tokens} completion tokens",
         *([f"note: only {usage.lm_calls} LM calls for {results.total_metric_calls} metric calls: most answers came "
            "from DSPy's cache (--cache), so the wall-clock and cost above are not a fresh run's."]

@@ -11,9 +11,10 @@ import tempfile
 from dspy_pxn.budget import RunShape
 from dspy_pxn.cli.errors import UsageError
 from dspy_pxn.cli.output import duration
-from dspy_pxn.planning import DEFAULT_SHAPES, RuntimeModel, parse_shapes
-from dspy_pxn.selection import parse as parse_selection
+from dspy_pxn.planning import RuntimeModel, parse_shapes, shapes_for
 from dspy_pxn.records import STEP_LOG_NAME, StepRecord, read_step_log
+from dspy_pxn.selection import parse as parse_selection
+from dspy_pxn.width import auto_width
 
 # Without a finished run to fit, the planner assumes the paper's regime: reflection 4x a
 # task call, and LiveBench-Math's 1×1 acceptance (17% of iterations validated).
@@ -90,7 +91,7 @@ def plan_command(args: argparse.Namespace) -> int:
         model = RuntimeModel(task_s=args.task_latency, reflection_s=args.reflection_latency,
                              acceptance=args.acceptance)
         source = "assumed (pass --from-run LOG_DIR to fit a finished run)"
-    shapes = parse_shapes(args.shapes) if args.shapes else list(DEFAULT_SHAPES)
+    shapes = parse_shapes(args.shapes) if args.shapes else shapes_for(shape)
     settings = [(schedule.strip(), parse_selection(selection))
                 for schedule in args.schedules.split(",") for selection in args.selection.split(",")]
     predictions = [model.predict(p, n, shape, selection, schedule)
@@ -118,6 +119,9 @@ def plan_command(args: argparse.Namespace) -> int:
     print(f"\npick {pr_name(pick)}: the fastest setting on the front with at least {target:.1f} generations "
           f"(--min-generations; default half of 1×1's): {duration(pick.wall_s)}, {pick.generations:.1f} generations, "
           f"bound by {pick.binding}.")
+    auto = model.predict(auto_width(shape), 1, shape, "merge", "async")
+    print(f"p='auto' runs {pr_name(auto)} here (the pool's width within the budget): {duration(auto.wall_s)}, "
+          f"{auto.x_floor:.2f}x the floor, {auto.generations:.1f} generations.")
     return 0
 
 

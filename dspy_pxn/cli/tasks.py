@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dspy_pxn.cli.errors import UsageError
+from dspy_pxn.width import AUTO
 
 TASKS = ("math", "hover", "gsm8k", "sim")  # sim: the synthetic task on a simulated LM, no key, no network
 
@@ -102,9 +103,19 @@ _TASK_LOADERS: dict[str, Callable[[argparse.Namespace], tuple]] = {
 }
 
 
+def parents_flag(text: str) -> int | str:
+    """``--p``: a number of parents, or ``auto`` (the width follows --workers, within the budget)."""
+    if text == AUTO:
+        return AUTO
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a number of parents (e.g. 4) nor 'auto'") from None
+
+
 def check_shape(args: argparse.Namespace) -> None:
     """Bad P, N, W or budget: say which and how, before data or models load."""
     for flag, value in (("--p", args.p), ("--n", args.n), ("--workers", args.workers), ("--budget", args.budget)):
-        if value is not None and value < 1:
+        if value is not None and value != AUTO and value < 1:
             raise UsageError(f"{flag} {value} must be a positive integer (P×N = parents × mutations per step, "
                              "e.g. --p 2 --n 2).")

@@ -5,6 +5,14 @@ benchmarks use it; ``BatchedGEPA`` never does. It reasons with the optimizer's o
 arithmetic (``dspy_pxn.budget``), so a plan and a run cannot disagree about what fits.
 """
 
-from dspy_pxn.planning.runtime_model import DEFAULT_SHAPES, Prediction, RunShape, RuntimeModel, floor_seconds, parse_shapes
+from dspy_pxn.planning.runtime_model import (
+    DEFAULT_SHAPES,
+    Prediction,
+    RunShape,
+    RuntimeModel,
+    floor_seconds,
+    parse_shapes,
+    shapes_for,
+)
 
-__all__ = ["DEFAULT_SHAPES", "Prediction", "RunShape", "RuntimeModel", "floor_seconds", "parse_shapes"]
+__all__ = ["DEFAULT_SHAPES", "Prediction", "RunShape", "RuntimeModel", "floor_seconds", "parse_shapes", "shapes_for"]

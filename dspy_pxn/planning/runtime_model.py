@@ -33,6 +33,7 @@ __all__ = [
     "RuntimeModel",
     "Prediction",
     "DEFAULT_SHAPES",
+    "shapes_for",
     "floor_seconds",
     "parse_shapes",
 ]
@@ -42,6 +43,28 @@ DEFAULT_SHAPES: tuple[tuple[int, int], ...] = (
     (1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (2, 4), (4, 2), (8, 1),
     (2, 8), (4, 4), (8, 2), (16, 1), (4, 8), (8, 4), (16, 2), (32, 1),
 )
+
+# The widest P·N the shapes above reach; a wider pool gets wider shapes (``shapes_for``).
+_WIDEST_DEFAULT = max(p * n for p, n in DEFAULT_SHAPES)
+# Mutations per parent the wide shapes try: the paper's N stops at 8 too.
+_WIDE_MUTATIONS = (1, 2, 4, 8)
+
+
+def shapes_for(shape: RunShape) -> list[tuple[int, int]]:
+    """The shapes worth ranking on this pool: the default ones, and wider ones while the pool can feed them.
+
+    A width k screens k minibatches of m at once, so the pool is full at k·m = W; a width beyond
+    W/m only queues. The default shapes stop at 32 wide, which leaves a 256- or 512-worker pool
+    mostly idle, so on such a pool every power-of-two width up to W/m is ranked too, each as
+    P×1, P×2, P×4 and P×8.
+    """
+    shapes = list(DEFAULT_SHAPES)
+    width = 2 * _WIDEST_DEFAULT
+    while width * shape.minibatch_size <= shape.workers:
+        shapes += [(width // n, n) for n in _WIDE_MUTATIONS]
+        width *= 2
+    return shapes
+
 
 # A prediction within this factor of the floor is pool-bound: only more workers or a
 # cheaper task call make it faster.
@@ -219,10 +242,12 @@ class RuntimeModel:
     def plan(
         self,
         shape: RunShape,
-        shapes: Sequence[tuple[int, int]] = DEFAULT_SHAPES,
+        shapes: Sequence[tuple[int, int]] | None = None,
         selection: Selection = "all",
     ) -> list[Prediction]:
-        """Predictions for ``shapes``, fastest first (ties: more iterations, then more parents)."""
+        """Predictions for ``shapes`` (default: ``shapes_for(shape)``), fastest first (ties: more iterations,
+        then more parents)."""
+        shapes = shapes_for(shape) if shapes is None else shapes
         if not shapes:
             raise ValueError("shapes is empty: pass P×N pairs such as [(1, 1), (2, 2), (8, 1)].")
         predictions = [self.predict(p, n, shape, selection) for p, n in shapes]

@@ -80,7 +80,7 @@ class AsyncSchedule(StepListener):
     def __init__(self, run: Run, live: Live):
         self.run, self.live, self.guard = run, live, run.guard
         self.parts = GepaParts.of(run, live)
-        self.width = run.optimizer.p * run.optimizer.n
+        self.width = run.p * run.n
         self.trainset, self.valset = ensure_loader(run.trainset), ensure_loader(run.valset)
         # Every read or write of the state and the reservations, and every step event, under one lock:
         # a screening's rollouts and the metric calls they cost land in the same window.

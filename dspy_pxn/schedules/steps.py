@@ -41,7 +41,7 @@ class StepSchedule:
             adapter=live.adapter,
             candidate_selection_strategy=parts.candidate_selector,
             batch_sampler=parts.sampler,
-            sampling_strategy=DistinctParentsPxN(optimizer.p, optimizer.n, run.guard, live.events),
+            sampling_strategy=DistinctParentsPxN(run.p, run.n, run.guard, live.events),
             selection_strategy=parts.selection,
             reflection_strategy=parts.reflection,
             stop_callbacks=[ExactBudgetStopper(run.guard)],
