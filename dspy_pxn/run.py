@@ -94,7 +94,8 @@ class Run:
         reflection_lm = resolve_reflection_lm(optimizer)
         workers = optimizer.num_threads or default_num_threads(optimizer) if owns_pool(optimizer) else (
             optimizer.pool.num_workers)
-        p = parents_per_step(optimizer, RunShape(workers, budget, len(valset), m))
+        shape = RunShape(workers, budget, len(valset), m)
+        p = parents_per_step(optimizer, shape)
         if optimizer.chosen_for_user:
             logger.info("P×N = %d×%d: schedule=%r, selection=%r (the defaults above 1×1; pass schedule='steps', "
                         "selection='all' for the paper's step loop).", p, optimizer.n, optimizer.schedule,
@@ -105,7 +106,7 @@ class Run:
         if saved_state is not None:
             resume.check_resumable(saved_state, description.resume_settings(), optimizer.log_dir)
         return cls(optimizer, student, trainset, valset, metric, seed, code, reflection_lm,
-                   RunShape(workers, budget, len(valset), m), guard, description, saved_state, p)
+                   shape, guard, description, saved_state, p)
 
     # ------------------------------------------------------------------------------ resources
     @contextmanager
