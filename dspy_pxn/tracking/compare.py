@@ -86,10 +86,14 @@ SUMMARY_METRICS = {"iterations": ("totals/iterations", "iterations"),
                    "metric_calls": ("totals/metric_calls", "total_metric_calls")}
 
 
+def _logged_name(run, names: tuple[str, ...]) -> str:
+    """The first of a metric's names the run has (today's, else an older version's)."""
+    return next((name for name in names if name in run.data.metrics), names[0])
+
+
 def _history(client, run, names: tuple[str, ...]) -> dict[int, float]:
     """A metric's values by step, under the first of its names the run has."""
-    name = next((name for name in names if name in run.data.metrics), names[0])
-    return {m.step: m.value for m in client.get_metric_history(run.info.run_id, name)}
+    return {m.step: m.value for m in client.get_metric_history(run.info.run_id, _logged_name(run, names))}
 
 
 def _number(value: str | None, cast: type = int):
@@ -120,8 +124,7 @@ def load_runs(experiment: str, tracking_uri: str | None = None, parent_run_id: s
     order = ["attributes.start_time ASC"]
     for run in client.search_runs([found.experiment_id], query, order_by=order, max_results=5000):
         params = run.data.params
-        metrics = {key: next((run.data.metrics[n] for n in names if n in run.data.metrics), None)
-                   for key, names in SUMMARY_METRICS.items()}
+        metrics = {key: run.data.metrics.get(_logged_name(run, names)) for key, names in SUMMARY_METRICS.items()}
         histories = {key: _history(client, run, names) for key, names in CURVE_METRICS.items()}
         curve = tuple(
             CurvePoint(

@@ -137,10 +137,7 @@ class MlflowMirror:
     def log_metrics(
         self, run_id: str, metrics: Mapping[str, float], step: int = 0, timestamp_s: float | None = None
     ) -> None:
-        from mlflow.entities import Metric
-
-        stamp = int((timestamp_s or time.time()) * 1000)
-        self.client.log_batch(run_id, metrics=[Metric(key, value, stamp, step) for key, value in metrics.items()])
+        self.log_points(run_id, [(key, value, step) for key, value in metrics.items()], timestamp_s)
 
     def log_points(self, run_id: str, points: list[tuple[str, float, int]],
                    timestamp_s: float | None = None) -> None:

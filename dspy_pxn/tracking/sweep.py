@@ -46,11 +46,12 @@ def sweep(
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"sweep name must be a non-empty string, got {name!r}, e.g. sweep('pxn-grid').")
     require_mlflow("sweep(...)")
+    uri = tracking_uri or default_tracking_uri()
     manifest = RunManifest(
         kind="sweep",
         run_name=name,
-        experiment=experiment or default_experiment(tracking_uri or default_tracking_uri()),
-        tracking_uri=tracking_uri or default_tracking_uri(),
+        experiment=experiment or default_experiment(uri),
+        tracking_uri=uri,
         started_at=time.time(),
         tags={SWEEP_TAG: name},
     )
