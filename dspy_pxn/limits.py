@@ -2,13 +2,25 @@
 
 Providers limit *requests*, not our workers: a run with W = 64 workers against a
 provider that allows 16 concurrent requests must queue its calls, not collect 429s.
-``LMCallCounter`` is a DSPy callback: installed for a run with
-``dspy.context(callbacks=[..., counter])`` (every BatchedGEPA compile installs one), it
-sees every LM call of the run's threads — the task LM, per-predictor LMs, the
-reflection LM — because the worker pool copies the caller's context into each task,
-and counts calls, retries and failures. ``LMCallLimiter`` is a counter that also caps
-(BatchedGEPA installs one when given ``max_concurrent_lm_calls``): ``on_lm_start``
-blocks until one of K slots is free; ``on_lm_end`` (DSPy calls it in a ``finally``) frees it.
+``LMCallCounter`` is a DSPy callback that counts LM calls, retries and failures.
+``LMCallLimiter`` is a counter that also caps (BatchedGEPA installs one when given
+``max_concurrent_lm_calls``): ``on_lm_start`` blocks until one of K slots is free;
+``on_lm_end`` (DSPy calls it in a ``finally``) frees it. Two ways to install them:
+
+- ``installed(...)``: a context-wide DSPy callback (``dspy.context(callbacks=[...])``). It sees
+  every LM call of the context's threads, because the worker pool copies the caller's context
+  into each task. The cap is installed so: it must hold for any LM. Its price is DSPy's: with
+  any context-wide callback, every module, adapter and LM call of every rollout pays DSPy's
+  dispatch (``inspect.getcallargs``, a uuid, handler lookups), measured at 0.2-0.45 ms per
+  rollout of a bare ``dspy.Predict``, a third of the driver's CPU per metric call.
+- ``counting(counter, lms)``: how a run counts its own calls. The counter is active in this
+  context (a context variable, copied into pool tasks like DSPy's settings), and the LMs the run
+  reaches (``reachable_lms``: the context's LM, the reflection LM, every LM a program holds)
+  carry one instance-level callback, ``COUNT_AT_THE_LM``, that hands their calls to the counters
+  active in the caller's context. Only LM calls dispatch, and a call from outside the run (another
+  run, another thread of the user's) reaches no counter of this run. An LM the program does not
+  hold (a module-level LM, one made in ``forward``) is not seen: its billed calls still reach the
+  run's usage meter, and ``uncounted_calls_warning`` names the fix at the end.
 
 What DSPy and litellm already do, and what is added here (dspy 3.4.1, litellm 1.110):
 
@@ -42,6 +54,8 @@ from __future__ import annotations
 import contextvars
 import logging
 import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +66,8 @@ from dspy_pxn.checks import positive_int
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LMCallCounter", "LMCallCounts", "LMCallLimiter", "installed", "limiter_for", "warn_if_no_timeout"]
+__all__ = ["COUNT_AT_THE_LM", "LMCallCounter", "LMCallCounts", "LMCallLimiter", "active_counters", "counting",
+           "installed", "limiter_for", "reachable_lms", "uncounted_calls_warning", "warn_if_no_timeout"]
 
 # The counters' calls in progress in this thread/context: ((counter, call_id), ...).
 _CURRENT: contextvars.ContextVar[tuple[tuple[LMCallCounter, str], ...]] = contextvars.ContextVar(
@@ -170,17 +185,131 @@ class LMCallLimiter(LMCallCounter):
         return self._slots
 
 
-def installed(self):
-        """``with limiter.installed():`` every LM call in this context (and pool tasks it submits) goes through it."""
-        return installed(self)
-
-
 def installed(*counters: LMCallCounter | None):
     """Install counters (and limiters) as DSPy callbacks for this context; a cap before a counter, so
     waiting for a slot is not counted as a call in progress."""
     callbacks = list(dspy.settings.get("callbacks", None) or [])
     added = [counter for counter in counters if counter is not None and counter not in callbacks]
     return dspy.context(callbacks=[*callbacks, *added])
+
+
+# ----------------------------------------------------------------------------- counting at the LM
+# The counters a run made active in this context (``counting``); pool tasks inherit them.
+_COUNTING: contextvars.ContextVar[tuple[LMCallCounter, ...]] = contextvars.ContextVar("dspy_pxn_counting", default=())
+
+
+class _CountAtTheLM(BaseCallback):
+    """An LM's instance-level callback: its calls go to the counters active in the caller's context.
+
+    It is stateless and one per process, so an LM copied during a run (a candidate program's
+    deep copy, a Ray actor's unpickled LM) carries the same object, which does nothing where no
+    run counts."""
+
+    def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        for counter in _COUNTING.get():
+            counter.on_lm_start(call_id, instance, inputs)
+
+    def on_lm_end(self, call_id: str, outputs: Any, exception: BaseException | None = None) -> None:
+        for counter in _COUNTING.get():
+            counter.on_lm_end(call_id, outputs, exception)
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        return _count_at_the_lm, ()
+
+    def __copy__(self) -> _CountAtTheLM:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _CountAtTheLM:
+        return self
+
+
+COUNT_AT_THE_LM = _CountAtTheLM()
+
+
+def _count_at_the_lm() -> _CountAtTheLM:
+    return COUNT_AT_THE_LM
+
+
+_counting_lock = threading.Lock()
+_counted_lms: dict[int, list[Any]] = {}  # id(lm) -> [lm, runs counting its calls]
+
+
+def reachable_lms(*roots: Any) -> list[dspy.BaseLM]:
+    """The LMs among ``roots`` and held by them (a program's predictors' LMs, LM attributes of its
+    modules, in lists and dicts too), each once."""
+    found: dict[int, dspy.BaseLM] = {}
+    for root in roots:
+        if isinstance(root, dspy.BaseLM):
+            found.setdefault(id(root), root)
+        elif isinstance(root, dspy.Module):
+            for _, lm in root.named_sub_modules(type_=dspy.BaseLM):
+                found.setdefault(id(lm), lm)
+    return list(found.values())
+
+
+@contextmanager
+def counting(counter: LMCallCounter, lms: Iterable[Any]) -> Iterator[None]:
+    """Count the calls ``lms`` make in this context (and the pool tasks it submits) with ``counter``.
+
+    Several runs may count the same LM at once; the callback leaves an LM when the last one ends."""
+    lms = reachable_lms(*lms)
+    with _counting_lock:
+        for lm in lms:
+            entry = _counted_lms.setdefault(id(lm), [lm, 0])
+            entry[1] += 1
+            _carry(lm)
+    token = _COUNTING.set((*_COUNTING.get(), counter))
+    try:
+        yield
+    finally:
+        _COUNTING.reset(token)
+        with _counting_lock:
+            for lm in lms:
+                entry = _counted_lms[id(lm)]
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del _counted_lms[id(lm)]
+                    _drop(lm)
+
+
+def leave_uncounted(program: Any) -> None:
+    """Take the callback off the LMs a program holds that no run counts (copies made during a run),
+    so a returned program costs nothing per call and pickles without dspy_pxn."""
+    with _counting_lock:
+        for lm in reachable_lms(program):
+            if id(lm) not in _counted_lms:
+                _drop(lm)
+
+
+def active_counters() -> list[LMCallCounter]:
+    """Every counter that sees this context's LM calls: context-wide callbacks and ``counting``'s."""
+    callbacks = [c for c in dspy.settings.get("callbacks", None) or [] if isinstance(c, LMCallCounter)]
+    return [*callbacks, *(c for c in _COUNTING.get() if c not in callbacks)]
+
+
+def _carry(lm: Any) -> None:
+    callbacks = getattr(lm, "callbacks", None)
+    if not isinstance(callbacks, list):  # an LM class that skipped BaseLM.__init__
+        lm.callbacks = callbacks = [*(callbacks or [])]
+    if not any(c is COUNT_AT_THE_LM for c in callbacks):
+        callbacks.append(COUNT_AT_THE_LM)
+
+
+def _drop(lm: Any) -> None:
+    callbacks = getattr(lm, "callbacks", None)
+    if isinstance(callbacks, list):
+        callbacks[:] = [c for c in callbacks if c is not COUNT_AT_THE_LM]
+
+
+def uncounted_calls_warning(billed_calls: int, counted_calls: int) -> str | None:
+    """What to tell the user when the usage meter saw more billed calls than the counter saw calls:
+    some LM the run does not reach made them (counted calls include cache hits, so never fewer)."""
+    if billed_calls <= counted_calls:
+        return None
+    return (f"{billed_calls - counted_calls} LM calls came from an LM the program does not hold (a module-level "
+            "LM or one made in forward): their tokens and dollars are in the usage totals, but they are not in "
+            "lm_call_counts. Hold that LM on the program (predictor.set_lm(lm), or an attribute of a module) "
+            "to count them.")
 
 
 def limiter_for(max_concurrent_lm_calls: int | LMCallLimiter | None) -> LMCallLimiter | None:

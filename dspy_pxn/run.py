@@ -136,7 +136,8 @@ class Run:
                 self._resume(adapter, recorder, step_log)
             limits.warn_if_no_timeout("task", dspy.settings.lm)
             limits.warn_if_no_timeout("reflection", self.reflection_lm)
-            with usage.active(), limits.installed(optimizer.lm_limiter, lm_calls):
+            run_lms = (dspy.settings.lm, self.reflection_lm, self.student)
+            with usage.active(), limits.installed(optimizer.lm_limiter), limits.counting(lm_calls, run_lms):
                 yield Live(pool, usage, lm_calls, tracked_run, recorder, events, adapter,
                            gepa_callbacks=[*(tracked_run.gepa_callbacks if tracked_run else []), *optimizer.callbacks],
                            started=time.perf_counter())
@@ -187,6 +188,9 @@ class Run:
         optimizer = self.optimizer
         wall_s, usage, lm_call_counts = time.perf_counter() - live.started, live.usage.totals(), live.lm_calls.counts()
         program = live.adapter.build_program(gepa_result.best_candidate)
+        limits.leave_uncounted(program)
+        if uncounted := limits.uncounted_calls_warning(usage.lm_calls, lm_call_counts.calls):
+            logger.warning(uncounted)
         test_score = (holdout_score(program, optimizer.testset, self.metric, live.pool, optimizer.failure_score)
                       if optimizer.testset else None)
         metric_calls = getattr(gepa_result, "total_metric_calls", None)

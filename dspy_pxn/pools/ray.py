@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 import dspy
 
 from dspy_pxn.checks import positive_int
-from dspy_pxn.limits import LMCallCounter, LMCallCounts, LMCallLimiter
+from dspy_pxn.limits import LMCallCounter, LMCallCounts, LMCallLimiter, active_counters
 from dspy_pxn.memo import LruMemo
 from dspy_pxn.pools import ThreadWorkerPool
 from dspy_pxn.usage import UsageMeter
@@ -239,7 +239,7 @@ class RayWorkerPool:
         if not items:
             return []
         settings = {name: getattr(dspy.settings, name) for name in SHIPPED_SETTINGS if getattr(dspy.settings, name)}
-        counters = [c for c in dspy.settings.get("callbacks", None) or [] if isinstance(c, LMCallCounter)]
+        counters = active_counters()
         limiters = [c for c in counters if isinstance(c, LMCallLimiter)]
         request = _MapRequest(
             fn_box=[self._ship(fn, (id(fn),))],

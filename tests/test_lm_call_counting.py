@@ -1,0 +1,130 @@
+"""A run counts its LM calls at the LMs it reaches, not through a context-wide DSPy callback.
+
+What must hold: every call of every LM the run reaches is counted exactly once (the context's
+LM, a predictor's own LM, the reflection LM), a call from outside the run is not, two runs
+sharing one LM each count their own, nothing is left on the user's LMs or the returned
+program afterwards, and an LM the program does not hold is reported, not silently dropped.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import pickle
+import threading
+
+import dspy
+import pytest
+
+from dspy_pxn import BatchedGEPA, limits
+from dspy_pxn import testing as sim
+
+BUDGET = 120
+
+
+def compile_sim(program, splits, reflection_lm, **kwargs):
+    train, val, _ = splits
+    kwargs = {"max_metric_calls": BUDGET, "num_threads": 8, "mlflow": False, **kwargs}
+    return BatchedGEPA(metric=sim.metric, reflection_lm=reflection_lm, p=2, n=2, **kwargs).compile(
+        program, trainset=train, valset=val)
+
+
+def carries_the_callback(lm) -> bool:
+    return any(c is limits.COUNT_AT_THE_LM for c in getattr(lm, "callbacks", []))
+
+
+def calls(lm, kind="total") -> int:
+    return lm.stats()["calls"][kind]
+
+
+@pytest.mark.parametrize("schedule", ["steps", "async"])
+def test_every_lm_the_run_reaches_is_counted_once_and_none_keeps_the_callback(splits, schedule):
+    context_lm, own_lm, reflection_lm = sim.SimulatedLM(), sim.SimulatedLM(), sim.SimulatedLM()
+    program = sim.seed_program()
+    program.predict.lm = own_lm  # a predictor with its own LM: the context's LM answers nothing
+    with dspy.context(lm=context_lm):
+        best = compile_sim(program, splits, reflection_lm, schedule=schedule)
+    counts = best.detailed_results.lm_call_counts
+    assert calls(context_lm) == 0
+    assert counts.calls == calls(own_lm) + calls(reflection_lm) > best.detailed_results.total_metric_calls
+    assert counts.failures == 0
+    leftovers = [lm for lm in (context_lm, own_lm, reflection_lm, *limits.reachable_lms(best))
+                 if carries_the_callback(lm)]
+    assert leftovers == []
+    assert not dspy.settings.callbacks  # nothing context-wide was installed or left behind
+
+
+def test_two_runs_sharing_one_lm_each_count_their_own_calls(splits):
+    shared = sim.SimulatedLM(task_latency=0.002)
+    reflections = [sim.SimulatedLM(), sim.SimulatedLM()]
+    results: list = [None, None]
+
+    def one(index: int) -> None:
+        with dspy.context(lm=shared):
+            results[index] = compile_sim(sim.seed_program(), splits, reflections[index], seed=index).detailed_results
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # One LM call per rollout of this one-predictor program, so each run's task calls are its metric calls.
+    for result, reflection_lm in zip(results, reflections, strict=True):
+        assert result.lm_call_counts.calls == result.total_metric_calls + calls(reflection_lm)
+    assert sum(r.total_metric_calls for r in results) == calls(shared)
+    assert not carries_the_callback(shared)
+
+
+def test_a_call_from_outside_the_run_reaches_no_counter_of_the_run():
+    lm, counter = sim.SimulatedLM(), limits.LMCallCounter()
+    predict = dspy.Predict("question -> answer")
+    predict.set_lm(lm)
+    outside = threading.Thread(target=lambda: predict(question="Apply rule zorp to 1."))
+    with limits.counting(counter, [lm]):
+        assert carries_the_callback(lm)
+        outside.start()  # a thread started without the run's context: the user's own work
+        outside.join()
+        predict(question="Apply rule zorp to 2.")
+    assert (counter.counts().calls, calls(lm)) == (1, 2)
+    assert not carries_the_callback(lm)
+
+
+def test_copies_made_during_a_run_carry_one_callback_that_pickles_by_name_and_can_be_taken_off():
+    lm, counter = sim.SimulatedLM(), limits.LMCallCounter()
+    program = dspy.Predict("question -> answer")
+    program.set_lm(lm)
+    with limits.counting(counter, [program]):
+        copied = program.deepcopy()
+        assert copied.lm is not lm and carries_the_callback(copied.lm)
+        assert pickle.loads(pickle.dumps(limits.COUNT_AT_THE_LM)) is limits.COUNT_AT_THE_LM
+        assert copy.deepcopy(limits.COUNT_AT_THE_LM) is limits.COUNT_AT_THE_LM
+        limits.leave_uncounted(copied)
+        limits.leave_uncounted(program)  # still counted by the run: it keeps the callback
+        assert not carries_the_callback(copied.lm) and carries_the_callback(lm)
+    assert not carries_the_callback(lm)
+
+
+HIDDEN_LM = sim.SimulatedLM()
+
+
+class HidesItsLM(dspy.Module):
+    """Calls a module-level LM the program does not hold: the run cannot reach it."""
+
+    def __init__(self):
+        super().__init__()
+        self.solve = sim.seed_program()
+
+    def forward(self, question):
+        with dspy.context(lm=HIDDEN_LM):
+            return self.solve(question=question)
+
+
+def test_calls_of_an_lm_the_program_does_not_hold_are_reported_with_the_fix(splits, caplog):
+    reflection_lm = sim.SimulatedLM()
+    with dspy.context(lm=sim.SimulatedLM()), caplog.at_level(logging.WARNING, logger="dspy_pxn"):
+        best = compile_sim(HidesItsLM(), splits, reflection_lm)
+    result = best.detailed_results
+    assert result.lm_call_counts.calls == calls(reflection_lm)
+    assert result.usage.lm_calls == calls(HIDDEN_LM) + calls(reflection_lm)
+    warning = next(r.getMessage() for r in caplog.records if "does not hold" in r.getMessage())
+    assert f"{calls(HIDDEN_LM)} LM calls" in warning and "set_lm" in warning
