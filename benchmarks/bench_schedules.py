@@ -42,6 +42,7 @@ from gepa.strategies.proposal_sampling import PxNSampling
 
 from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
+from dspy_pxn.schedules import asynchronous
 
 DEFAULT_CONFIGS = (
     "dspy.GEPA 1x1,dspy.GEPA+PxNSampling 4x4,steps 4x4 all,steps 4x4 best,steps 4x4 merge,steps 4x4 merge+best,"
@@ -57,7 +58,7 @@ def lm(args, landscape: str, latency: str, seed: int, kind: str) -> sim.Simulate
     )
 
 
-def optimizer(config: str, args, reflection_lm: dspy.BaseLM, seed: int) -> dspy.Teleprompter:
+def optimizer(config: str, args, reflection_lm: dspy.BaseLM, seed: int, pool=None) -> dspy.Teleprompter:
     common = dict(metric=sim.metric, max_metric_calls=args.budget, reflection_lm=reflection_lm,
                   num_threads=args.workers, use_merge=False, seed=seed)
     if config == "dspy.GEPA 1x1":
@@ -66,20 +67,44 @@ def optimizer(config: str, args, reflection_lm: dspy.BaseLM, seed: int) -> dspy.
         p, n = map(int, config.split()[-1].split("x"))
         return dspy.GEPA(**common, track_stats=True, gepa_kwargs={"sampling_strategy": PxNSampling(p, n)})
     # "async 4x4 merge" ("async auto merge": p="auto", the width following W within the budget), plus optional dials: "m6" (reflection minibatch of 6: each reflection reads
-    # twice the feedback, screening costs twice the calls) and "cache" (gepa's cache_evaluation: a
-    # (candidate, example) pair already scored is not scored again; step loop only).
+    # twice the feedback, screening costs twice the calls), "cache" (gepa's cache_evaluation: a
+    # (candidate, example) pair already scored is not scored again; step loop only), "vK" (K validations
+    # at once in the async schedule instead of width.validations_in_flight's choice) and "ray:K" (rollouts
+    # on K local Ray actors, started before the timer: where one driver process cannot feed W).
     schedule, shape, selection, *dials = config.split()
     p, n = ("auto", 1) if shape == "auto" else map(int, shape.split("x"))
     extra: dict = {}
+    validations = None
     for dial in dials:
         if dial.startswith("m") and dial[1:].isdigit():
             extra["reflection_minibatch_size"] = int(dial[1:])
         elif dial == "cache":
             extra["gepa_kwargs"] = {"cache_evaluation": True}
+        elif dial.startswith("v") and dial[1:].isdigit():
+            validations = int(dial[1:])
+        elif dial.startswith("ray:") and dial[4:].isdigit():
+            extra["pool"] = pool
         else:
-            raise SystemExit(f"unknown dial {dial!r} in config {config!r}: use mK (minibatch K) or cache")
+            raise SystemExit(f"unknown dial {dial!r} in config {config!r}: use mK (minibatch K), vK, cache or ray:K")
+    asynchronous.VALIDATIONS_IN_FLIGHT = validations  # process-wide: compare vK configs with --parallel 1
     return BatchedGEPA(**common, p=p, n=n, schedule=schedule, selection=int(selection) if selection.isdigit()
                        else selection, **extra)
+
+
+@contextmanager
+def ray_pool(config: str, workers: int) -> Iterator[object | None]:
+    """The config's warm Ray pool ("ray:K": K actors), or None: started here, so not billed to the run."""
+    actors = next((int(dial[4:]) for dial in config.split() if dial.startswith("ray:")), None)
+    if actors is None:
+        yield None
+        return
+    from dspy_pxn.pools.ray import RayWorkerPool
+
+    pool = RayWorkerPool(max_concurrency=workers, actors=actors)
+    try:
+        yield pool
+    finally:
+        pool.close()
 
 
 @contextmanager
@@ -98,9 +123,11 @@ def task_and_reflection_lms(args, landscape: str, latency: str, seed: int) -> It
 
 def run_one(config: str, args, landscape: str, latency: str, seed: int) -> dict:
     train, val, test = sim.make_splits(seed=seed, train=args.train, val=args.val, test=args.test)
-    with task_and_reflection_lms(args, landscape, latency, seed) as (task_lm, reflection_lm), dspy.context(lm=task_lm):
+    with (task_and_reflection_lms(args, landscape, latency, seed) as (task_lm, reflection_lm), dspy.context(lm=task_lm),
+          ray_pool(config, args.workers) as pool):
+        teleprompter = optimizer(config, args, reflection_lm, seed, pool)
         start = time.perf_counter()
-        best = optimizer(config, args, reflection_lm, seed).compile(sim.seed_program(), trainset=train, valset=val)
+        best = teleprompter.compile(sim.seed_program(), trainset=train, valset=val)
         wall = time.perf_counter() - start
     results = best.detailed_results
     # Held-out on an instant LM of the same landscape: the score, not its latency, is measured.

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import dspy
@@ -213,3 +214,31 @@ def test_the_async_schedule_tells_every_engine_event_with_gepas_own_fields(split
     assert starts == list(range(1, len(starts) + 1))
     seed = next(e for n, e in heard["async"].events if n == "on_valset_evaluated")
     assert seed["iteration"] == 0 and seed["candidate_idx"] == 0
+
+
+@pytest.mark.parametrize(("workers", "val_size", "at_once"), [(16, 6, 2), (6, 6, 1)])
+def test_two_validations_run_at_once_only_where_the_pool_is_wider_than_the_valset(
+        monkeypatch, workers, val_size, at_once):
+    from dspy_pxn.schedules.asynchronous import AsyncSchedule
+
+    running, lock = {"now": 0, "peak": 0}, threading.Lock()
+    validate = AsyncSchedule._select_and_validate
+
+    def counted(self, batch, room):
+        with lock:
+            running["now"] += 1
+            running["peak"] = max(running["peak"], running["now"])
+        try:
+            return validate(self, batch, room)
+        finally:
+            with lock:
+                running["now"] -= 1
+
+    monkeypatch.setattr(AsyncSchedule, "_select_and_validate", counted)
+    splits = sim.make_splits(seed=0, train=30, val=val_size, test=1)
+    lm = sim.SimulatedLM(task_latency=0.01)
+    result = run_async(splits, lm, p=4, n=2, num_threads=workers, max_metric_calls=400, selection="merge",
+                       reflection_lm=sim.SimulatedLM(reflection_latency=0.05))
+    assert running["peak"] == at_once
+    assert lm.stats()["calls"]["task"] == result.total_metric_calls <= 400
+    assert sum(step.metric_calls for step in result.steps) + val_size == result.total_metric_calls

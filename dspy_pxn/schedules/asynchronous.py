@@ -5,9 +5,10 @@ then all reflections, then all child evaluations, then the validations, before t
 step samples anything. With real, variable LM latency the pool idles behind stragglers.
 Here P·N proposal *pipelines* are always in flight, each one parent → its minibatch
 (traced) → one reflection → the child on the same minibatch. Improving children queue
-up; whenever no validation is running, the queued ones go through the run's selection
-(all | best | top-k | sibling merge) and are validated together, and new pipelines pick
-parents from the Pareto front as it stands when they start. Reflections run in the
+up; whenever no validation is running (or one is, and the pool is wider than the valset:
+``width.validations_in_flight``), the queued ones go through the run's selection (all | best
+| top-k | sibling merge) and are validated together, and new pipelines pick parents from the
+Pareto front as it stands when they start. Reflections run in the
 pipelines' own threads, never on a rollout worker, so they cannot starve rollouts.
 
 gepa's ``GEPAState`` is the single record: candidates join it through its own
@@ -48,8 +49,12 @@ from dspy_pxn.events import Phase, StepListener, override
 from dspy_pxn.run import Live, Run
 from dspy_pxn.schedules.gepa_events import GepaNotifier, pareto_front
 from dspy_pxn.schedules.parts import GepaParts
+from dspy_pxn.width import validations_in_flight
 
 logger = logging.getLogger(__name__)
+
+# Validations at once; None follows the pool (``width.validations_in_flight``). Benchmarks set it to compare.
+VALIDATIONS_IN_FLIGHT: int | None = None
 
 
 @dataclass
@@ -81,6 +86,7 @@ class AsyncSchedule(StepListener):
         self.run, self.live, self.guard = run, live, run.guard
         self.parts = GepaParts.of(run, live)
         self.width = run.p * run.n
+        self.validations = VALIDATIONS_IN_FLIGHT or validations_in_flight(run.shape)
         self.trainset, self.valset = ensure_loader(run.trainset), ensure_loader(run.valset)
         # Every read or write of the state and the reservations, and every step event, under one lock:
         # a screening's rollouts and the metric calls they cost land in the same window.
@@ -99,7 +105,7 @@ class AsyncSchedule(StepListener):
         self.state = self._initial_state()
         self.live.events.add(self, before=self.live.recorder)  # a window starts before the recorder counts in it
         pipelines = ThreadPoolExecutor(max_workers=self.width, thread_name_prefix="dspy-pxn-proposal")
-        validator = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dspy-pxn-validation")
+        validator = ThreadPoolExecutor(max_workers=self.validations, thread_name_prefix="dspy-pxn-validation")
         in_flight: dict[Future, str] = {}
         queued: list[CandidateProposal] = []
         error: BaseException | None = None
@@ -107,7 +113,8 @@ class AsyncSchedule(StepListener):
             while True:
                 if error is None:
                     self._launch(pipelines, in_flight)
-                    if queued and "validation" not in in_flight.values():
+                    validating = sum(kind == "validation" for kind in in_flight.values())
+                    if queued and validating < self.validations:
                         self._validate(validator, in_flight, queued)
                         queued = []
                 if not in_flight:
@@ -276,6 +283,9 @@ class AsyncSchedule(StepListener):
         in_flight[executor.submit(contextvars.copy_context().run, self._select_and_validate, batch, room)] = "validation"
 
     def _select_and_validate(self, batch: list[CandidateProposal], room: int) -> _Validated:
+        # Unlocked: a sibling merge calls the reflection LM here. Another validation's candidates may be
+        # joining the state meanwhile; gepa appends a candidate before its scores, so the reads see a
+        # consistent prefix of the pool (the newest candidate may not be among them yet).
         selected = self.parts.selection.select_within(batch, self.state, self.acceptance, room)
         with self.lock:
             self.guard.release((room - len(selected)) * self.guard.valset_size)
