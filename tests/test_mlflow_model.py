@@ -16,7 +16,7 @@ from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
 from dspy_pxn.testing import LatencyServer
 from dspy_pxn.testing.mlflow_server import MlflowServer, free_port
-from dspy_pxn.tracking import MODEL_TAG, MlflowTracker, import_step_log
+from dspy_pxn.tracking import MODEL_TAG, MlflowTracker, import_step_log, sweep
 from dspy_pxn.tracking.lineage import MERGED, NO_PROPOSAL, VALIDATED
 from dspy_pxn.tracking.model import MODEL_SOURCE_NAME
 
@@ -320,6 +320,10 @@ def test_a_registry_that_refuses_the_name_is_one_warning_the_model_is_logged(mlf
     assert len(warnings) == 1 and "mlflow.register_model(" in warnings[0] and "taken-by-a-prompt" in warnings[0]
 
 
-def test_a_model_name_mlflow_cannot_hold_fails_before_the_search():
+def test_a_model_name_mlflow_cannot_hold_fails_before_the_search(tmp_path):
     with pytest.raises(ValueError, match="cannot contain '/' or ':'"):
         BatchedGEPA(metric=sim.metric, registered_model_name="team/agent")
+    with pytest.raises(ValueError, match="registered_model_name='team:agent'"):  # a sweep, before its parent run
+        with sweep("grid", tracking_uri=f"sqlite:///{tmp_path}/never.db", registered_model_name="team:agent"):
+            pass
+    assert not (tmp_path / "never.db").exists()

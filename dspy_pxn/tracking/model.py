@@ -40,6 +40,18 @@ SCORE_TAG, RUN_TAG, PREDICTOR_TAG = "dspy_pxn.val_score", "dspy_pxn.run_id", "ds
 _PROMPT_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
+def check_registered_model_name(name: str | None) -> None:
+    """Refuse, before any search, a registry name MLflow would refuse only when the run ends."""
+    if name is None:
+        return
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"registered_model_name must be a non-empty string, got {name!r}, "
+                         "e.g. registered_model_name='hover-agent'.")
+    if set(name) & set("/:"):
+        raise ValueError(f"registered_model_name={name!r}: MLflow model names cannot contain '/' or ':'; "
+                         "use e.g. 'hover-agent'.")
+
+
 @dataclass(frozen=True)
 class ModelOptions:
     """How a run's program is logged: decided when the run starts."""

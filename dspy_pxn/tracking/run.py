@@ -46,7 +46,14 @@ from dspy_pxn.tracking.mlflow_io import (
     MlflowMirror,
     probe,
 )
-from dspy_pxn.tracking.model import ModelOptions, ModelSource, caller_settings, default_prompt_prefix, model_source
+from dspy_pxn.tracking.model import (
+    ModelOptions,
+    ModelSource,
+    caller_settings,
+    check_registered_model_name,
+    default_prompt_prefix,
+    model_source,
+)
 from dspy_pxn.tracking.parent import current_sweep
 from dspy_pxn.tracking.runlog import Baseline, FinalMetrics, RunManifest
 from dspy_pxn.usage import UsageMeter
@@ -77,13 +84,10 @@ class MlflowTracker:
     prompt_prefix: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("registered_model_name", "prompt_prefix"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, str) or not value.strip()):
-                raise ValueError(f"{name} must be a non-empty string, got {value!r}, e.g. {name}='hover-agent'.")
-        if self.registered_model_name is not None and set(self.registered_model_name) & set("/:"):
-            raise ValueError(f"registered_model_name={self.registered_model_name!r}: MLflow model names cannot "
-                             "contain '/' or ':'; use e.g. 'hover-agent'.")
+        check_registered_model_name(self.registered_model_name)
+        prefix = self.prompt_prefix
+        if prefix is not None and (not isinstance(prefix, str) or not prefix.strip()):
+            raise ValueError(f"prompt_prefix must be a non-empty string, got {prefix!r}, e.g. prompt_prefix='hover-agent'.")
 
     @classmethod
     def from_arguments(cls, arguments: TrackingArguments) -> MlflowTracker | None:

@@ -17,7 +17,7 @@ from dspy_pxn.tracker import tracking_by_default
 from dspy_pxn.tracking import runlog
 from dspy_pxn.tracking.config import default_experiment, default_tracking_uri, require_mlflow, slug
 from dspy_pxn.tracking.mlflow_io import BEST_RUN_TAG, MODEL_TAG, SWEEP_TAG, MlflowMirror, probe
-from dspy_pxn.tracking.model import register_model
+from dspy_pxn.tracking.model import check_registered_model_name, register_model
 from dspy_pxn.tracking.parent import CURRENT_SWEEP, Sweep
 from dspy_pxn.tracking.run import MlflowTracker
 from dspy_pxn.tracking.runlog import RunManifest
@@ -45,6 +45,7 @@ def sweep(
     """
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"sweep name must be a non-empty string, got {name!r}, e.g. sweep('pxn-grid').")
+    check_registered_model_name(registered_model_name)
     require_mlflow("sweep(...)")
     uri = tracking_uri or default_tracking_uri()
     manifest = RunManifest(
