@@ -14,7 +14,8 @@ provider that allows 16 concurrent requests must queue its calls, not collect 42
   dispatch (``inspect.getcallargs``, a uuid, handler lookups), measured at 0.2-0.45 ms per
   rollout of a bare ``dspy.Predict``, a third of the driver's CPU per metric call.
 - ``counting(counter, lms)``: how a run counts its own calls. The counter is active in this
-  context (a context variable, copied into pool tasks like DSPy's settings), and the LMs the run
+  context (a DSPy setting, so it reaches every thread the context's work runs in: our pools copy
+  the context, and DSPy's own ``dspy.Parallel`` copies DSPy's settings), and the LMs the run
   reaches (``reachable_lms``: the context's LM, the reflection LM, every LM a program holds)
   carry one instance-level callback, ``COUNT_AT_THE_LM``, that hands their calls to the counters
   active in the caller's context. Only LM calls dispatch, and a call from outside the run (another
@@ -194,8 +195,13 @@ def installed(*counters: LMCallCounter | None):
 
 
 # ----------------------------------------------------------------------------- counting at the LM
-# The counters a run made active in this context (``counting``); pool tasks inherit them.
-_COUNTING: contextvars.ContextVar[tuple[LMCallCounter, ...]] = contextvars.ContextVar("dspy_pxn_counting", default=())
+# The DSPy setting that holds the counters a run made active (``counting``). A setting, not a context
+# variable of ours: dspy.Parallel inside a program runs its items in threads that get DSPy's settings only.
+COUNTERS_SETTING = "dspy_pxn_lm_counters"
+
+
+def _counting_here() -> tuple[LMCallCounter, ...]:
+    return dspy.settings.get(COUNTERS_SETTING, None) or ()
 
 
 class _CountAtTheLM(BaseCallback):
@@ -206,11 +212,11 @@ class _CountAtTheLM(BaseCallback):
     run counts."""
 
     def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
-        for counter in _COUNTING.get():
+        for counter in _counting_here():
             counter.on_lm_start(call_id, instance, inputs)
 
     def on_lm_end(self, call_id: str, outputs: Any, exception: BaseException | None = None) -> None:
-        for counter in _COUNTING.get():
+        for counter in _counting_here():
             counter.on_lm_end(call_id, outputs, exception)
 
     def __reduce__(self) -> tuple[Any, tuple[()]]:
@@ -258,11 +264,10 @@ def counting(counter: LMCallCounter, lms: Iterable[Any]) -> Iterator[None]:
             entry = _counted_lms.setdefault(id(lm), [lm, 0])
             entry[1] += 1
             _carry(lm)
-    token = _COUNTING.set((*_COUNTING.get(), counter))
     try:
-        yield
+        with dspy.context(**{COUNTERS_SETTING: (*_counting_here(), counter)}):
+            yield
     finally:
-        _COUNTING.reset(token)
         with _counting_lock:
             for lm in lms:
                 entry = _counted_lms[id(lm)]
@@ -284,7 +289,7 @@ def leave_uncounted(program: Any) -> None:
 def active_counters() -> list[LMCallCounter]:
     """Every counter that sees this context's LM calls: context-wide callbacks and ``counting``'s."""
     callbacks = [c for c in dspy.settings.get("callbacks", None) or [] if isinstance(c, LMCallCounter)]
-    return [*callbacks, *(c for c in _COUNTING.get() if c not in callbacks)]
+    return [*callbacks, *(c for c in _counting_here() if c not in callbacks)]
 
 
 def _carry(lm: Any) -> None:

@@ -128,3 +128,26 @@ def test_calls_of_an_lm_the_program_does_not_hold_are_reported_with_the_fix(spli
     assert result.usage.lm_calls == calls(HIDDEN_LM) + calls(reflection_lm)
     warning = next(r.getMessage() for r in caplog.records if "does not hold" in r.getMessage())
     assert f"{calls(HIDDEN_LM)} LM calls" in warning and "set_lm" in warning
+
+
+class AsksTwiceInParallel(dspy.Module):
+    """Runs its predictor twice through dspy.Parallel, whose threads get DSPy's settings and nothing else."""
+
+    def __init__(self):
+        super().__init__()
+        self.solve = sim.seed_program()
+
+    def forward(self, question):
+        first, _ = dspy.Parallel(num_threads=2, disable_progress_bar=True)(
+            [(self.solve, {"question": question}), (self.solve, {"question": question})])
+        return first
+
+
+def test_calls_made_in_dspy_parallel_threads_inside_a_program_are_counted(splits, caplog):
+    task_lm, reflection_lm = sim.SimulatedLM(), sim.SimulatedLM()
+    with dspy.context(lm=task_lm), caplog.at_level(logging.WARNING, logger="dspy_pxn"):
+        best = compile_sim(AsksTwiceInParallel(), splits, reflection_lm)
+    counts = best.detailed_results.lm_call_counts
+    assert calls(task_lm) == 2 * best.detailed_results.total_metric_calls
+    assert counts.calls == calls(task_lm) + calls(reflection_lm)
+    assert not any("does not hold" in r.getMessage() for r in caplog.records)
