@@ -304,7 +304,8 @@ def describe(optimizer: BatchedGEPA, p: int, student: Module, trainset: list[Exa
              reflection_lm: Any) -> RunDescription:
     """This compile, described once for tracking (params) and resume (settings)."""
     selector = optimizer.candidate_selection_strategy
-    predictor_lms = [p.lm for _, p in student.named_predictors() if getattr(p, "lm", None) is not None]
+    predictor_lms = [predictor.lm for _, predictor in student.named_predictors()
+                     if getattr(predictor, "lm", None) is not None]
     return RunDescription(
         p=p, n=optimizer.n, selection=selections.label(optimizer.selection), schedule=optimizer.schedule,
         minibatch_size=optimizer.reflection_minibatch_size, seed=optimizer.seed, crossover=optimizer.use_merge,
