@@ -221,19 +221,31 @@ def test_two_validations_run_at_once_only_where_the_pool_is_wider_than_the_valse
         monkeypatch, workers, val_size, at_once):
     from dspy_pxn.schedules.asynchronous import AsyncSchedule
 
-    running, lock = {"now": 0, "peak": 0}, threading.Lock()
-    validate = AsyncSchedule._select_and_validate
+    running, lock = {"now": 0, "peak": 0, "started": 0}, threading.Lock()
+    a_later_one_joined = threading.Event()
+    validate, join = AsyncSchedule._select_and_validate, AsyncSchedule._validated
 
     def counted(self, batch, room):
         with lock:
             running["now"] += 1
+            running["started"] += 1
+            first = running["started"] == 1
             running["peak"] = max(running["peak"], running["now"])
         try:
-            return validate(self, batch, room)
+            validated = validate(self, batch, room)
+            if first and at_once == 2:  # hold the first one's candidates back until a later validation's have
+                a_later_one_joined.wait(timeout=5)  # joined the state: its rollouts ended in an earlier window
+            return validated
         finally:
             with lock:
                 running["now"] -= 1
 
+    def joined(self, validated):
+        join(self, validated)
+        if validated.selected:
+            a_later_one_joined.set()
+
+    monkeypatch.setattr(AsyncSchedule, "_validated", joined)
     monkeypatch.setattr(AsyncSchedule, "_select_and_validate", counted)
     splits = sim.make_splits(seed=0, train=30, val=val_size, test=1)
     lm = sim.SimulatedLM(task_latency=0.01)
@@ -242,3 +254,5 @@ def test_two_validations_run_at_once_only_where_the_pool_is_wider_than_the_valse
     assert running["peak"] == at_once
     assert lm.stats()["calls"]["task"] == result.total_metric_calls <= 400
     assert sum(step.metric_calls for step in result.steps) + val_size == result.total_metric_calls
+    # Each window's metric calls are the rollouts that finished in it, whichever validation ends it.
+    assert [step.metric_calls for step in result.steps] == [step.rollouts for step in result.steps]

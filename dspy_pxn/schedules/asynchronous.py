@@ -72,6 +72,7 @@ class _Validated:
     selected: list[CandidateProposal]
     evaluations: list[ValsetEvaluation]
     passed_over: list[CandidateProposal]
+    discovered_at: int  # metric calls spent when the validation began: gepa's "discovered at"
 
 
 class AsyncSchedule(StepListener):
@@ -181,7 +182,7 @@ class AsyncSchedule(StepListener):
         self.state.save(optimizer.log_dir, use_cloudpickle=bool(optimizer.gepa_kwargs.get("use_cloudpickle")))
         self.notify.state_saved(self.state, optimizer.log_dir)
 
-    # -- step events: each one starts the window it lands in; screening spends what it reserved
+    # -- step events: each one starts the window it lands in; rollouts spend what was reserved for them
     @override
     def tasks_sampled(self, tasks: Any) -> None:
         self._start_window()
@@ -193,8 +194,9 @@ class AsyncSchedule(StepListener):
     @override
     def evaluated(self, phase: Phase, seconds: float, rollouts: int, failures: int) -> None:
         self._start_window()
-        if phase == "screening":  # validations are spent where their candidates join the state
-            self.guard.spend(self.state, rollouts)
+        # Calls are spent in the window their rollouts finish in, as the recorder counts them: with two
+        # validations in flight, one may finish before the other's candidates join and end the window.
+        self.guard.spend(self.state, rollouts)
 
     @override
     def reflected(self, seconds: float, jobs: int, failed: int) -> None:
@@ -289,13 +291,14 @@ class AsyncSchedule(StepListener):
         selected = self.parts.selection.select_within(batch, self.state, self.acceptance, room)
         with self.lock:
             self.guard.release((room - len(selected)) * self.guard.valset_size)
+            discovered_at = self.state.total_num_evals
         ids = list(self.valset.all_ids())
         examples = self.valset.fetch(ids)
         evaluations = self.live.adapter.batch_evaluate([(p.candidate, examples) for p in selected],
                                                        capture_traces=False, phase="validation")
         chosen = {id(p) for p in selected}
         return _Validated(selected, [_valset_evaluation(ids, e) for e in evaluations],
-                          [p for p in batch if id(p) not in chosen])
+                          [p for p in batch if id(p) not in chosen], discovered_at)
 
     def _validated(self, validated: _Validated) -> None:
         """The validated candidates join gepa's state; their window ends where the next one can begin."""
@@ -311,13 +314,12 @@ class AsyncSchedule(StepListener):
                 return
             self._start_window()
             for proposal, evaluation in zip(validated.selected, validated.evaluations, strict=True):
-                discovered_at, front_before = state.total_num_evals, pareto_front(state)
-                self.guard.spend(state, len(evaluation.scores_by_val_id))
+                front_before = pareto_front(state)
                 state.num_full_ds_evals += 1
                 index = state.update_state_with_new_program(
                     parent_program_idx=proposal.parent_program_ids, new_program=proposal.candidate,
                     valset_evaluation=evaluation, run_dir=self.run.optimizer.log_dir,
-                    num_metric_calls_by_discovery_of_new_program=discovered_at,
+                    num_metric_calls_by_discovery_of_new_program=validated.discovered_at,
                 )
                 state.full_program_trace[-1].setdefault("new_program_indices", []).append(index)
                 self.live.recorder.accepted(index)
