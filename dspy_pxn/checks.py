@@ -57,6 +57,15 @@ def positive_int(name: str, value: Any, hint: str = "", *, or_none: bool = False
     return value
 
 
+def positive_number(name: str, value: Any, hint: str = "") -> float | None:
+    """None, or a finite number above 0 (a budget in dollars or seconds)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ArgumentError(f"{name} must be a number above 0 or None, got {value!r}. {hint}".strip())
+    return float(value)
+
+
 def at_most_one_budget(auto: str | None, max_full_evals: int | None, max_metric_calls: int | None) -> None:
     """None given is allowed (the run then uses auto='light'); two are a contradiction."""
     given = {

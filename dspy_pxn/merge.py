@@ -32,6 +32,7 @@ from gepa.core.state import GEPAState
 from gepa.proposer.base import CandidateProposal
 from gepa.strategies.acceptance import AcceptanceCriterion
 
+from dspy_pxn.caps import REFLECTING
 from dspy_pxn.events import StepEvents
 from dspy_pxn.pools import WorkerPool
 from dspy_pxn.reflection import FEEDBACK_KEY
@@ -186,7 +187,7 @@ class SiblingMerge:
         component, current, rewrites = job
         lm = self.reflection_lm or dspy.settings.lm
         try:
-            with dspy.context(lm=lm):
+            with dspy.context(lm=lm, **{REFLECTING: True}):
                 out = dspy.Predict(MergeImprovements)(
                     current_instruction=current, improved_instructions=render_rewrites(rewrites)
                 )

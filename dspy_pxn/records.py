@@ -21,6 +21,7 @@ from gepa.core.state import GEPAState
 from gepa.strategies.proposal_sampling import ProposalTask
 
 from dspy_pxn.budget import RunShape
+from dspy_pxn.caps import RunCaps
 from dspy_pxn.events import Phase, StepListener, override
 from dspy_pxn.limits import LMCallCounter
 from dspy_pxn.pools import WorkerPool
@@ -59,6 +60,8 @@ class StepRecord:
         lm_retries: LM attempts beyond the first of a call; ``lm_failures``: calls that failed after
             their last retry.
         schedule: ``"steps"`` or ``"async"``.
+        cost_usd_left: Dollars left of ``max_cost_usd`` after the step (None without a dollar cap);
+            ``wall_s_left``: seconds left before ``max_wall_s`` (None without a deadline).
     """
 
     step: int
@@ -105,6 +108,9 @@ class StepRecord:
     # "steps" (gepa's loop: one record per step) or "async" (one record per validation window; times
     # are sums over overlapping pipelines, not wall-clock phases).
     schedule: str = "steps"
+    # What is left of the run's dollar cap and deadline (max_cost_usd, max_wall_s) after the step; None without one.
+    cost_usd_left: float | None = None
+    wall_s_left: float | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -198,11 +204,13 @@ class StepRecorder(StepListener):
         lm_calls: LMCallCounter,
         sinks: Sequence[Callable[[StepRecord], None]] = (),
         schedule: str = "steps",
+        caps: RunCaps | None = None,
     ):
         self.p, self.n, self.shape, self.schedule = p, n, shape, schedule
         self.pool = pool
         self.usage = usage
         self.lm_calls = lm_calls
+        self.caps = caps
         self.sinks = list(sinks)
         self.steps: list[StepRecord] = []
         self._lock = threading.Lock()
@@ -313,6 +321,8 @@ class StepRecorder(StepListener):
             sibling_merged=self._sibling_merged,
             sibling_merge_s=self._phase_s.get("sibling_merge", 0.0),
             schedule=self.schedule,
+            cost_usd_left=self.caps.usd_left() if self.caps is not None else None,
+            wall_s_left=self.caps.seconds_left() if self.caps is not None else None,
         )
         self.steps.append(record)
         for sink in self.sinks:

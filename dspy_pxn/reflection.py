@@ -21,6 +21,7 @@ from dspy.teleprompt.gepa.instruction_proposal import InstructionProposer
 from dspy.utils.callback import BaseCallback
 from gepa.proposer.reflective_mutation.reflection_lm import ReflectionJob, ReflectionProposal
 
+from dspy_pxn.caps import REFLECTING
 from dspy_pxn.events import StepEvents
 from dspy_pxn.pools import WorkerPool
 
@@ -73,7 +74,7 @@ class ReflectionCall:
         (candidate, reflective_dataset, components), lm = job_and_lm
         replies = ReflectionReplies()
         try:
-            with dspy.context(lm=lm, callbacks=[*(dspy.settings.callbacks or []), replies]):
+            with dspy.context(lm=lm, callbacks=[*(dspy.settings.callbacks or []), replies], **{REFLECTING: True}):
                 new_texts = DspyAdapter.propose_new_texts(self.adapter, candidate, reflective_dataset, components)
         except Exception as error:  # noqa: BLE001 - one failed reflection drops one proposal
             return ReflectionProposal(new_texts={}, metadata={"reflection_error": f"{type(error).__name__}: {error}"})

@@ -27,6 +27,9 @@ class BatchedGEPAResult(DspyGEPAResult):
         usage: LM calls, tokens and dollars of the search (``UsageTotals``).
         mlflow_run_id: The tracked run's id, or None when the run was not tracked.
         lm_call_counts: LM calls, attempts, retries and failures of the search (``LMCallCounts``).
+        stopped_by: The budget that ended the search: ``"max_metric_calls"`` (no useful step fitted),
+            ``"auto"`` (the proposals its level states were made), ``"max_cost_usd"``,
+            ``"max_reflection_cost_usd"`` or ``"max_wall_s"``.
     """
 
     steps: tuple[StepRecord, ...] = ()
@@ -37,3 +40,4 @@ class BatchedGEPAResult(DspyGEPAResult):
     usage: UsageTotals = field(default_factory=UsageTotals)  # LM calls, tokens and dollars of the search
     mlflow_run_id: str | None = None  # the tracked run's id, whatever the tracker (kept for MLflow users)
     lm_call_counts: LMCallCounts = field(default_factory=LMCallCounts)  # LM calls, retries, failures
+    stopped_by: str = "max_metric_calls"

@@ -19,6 +19,7 @@ import logging
 import os
 import random
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from gepa.core.state import GEPAState
@@ -73,13 +74,22 @@ def saved_seed_scores(saved: GEPAState, val_size: int) -> list[Any]:
     return [scores.get(i) for i in range(val_size)]
 
 
+def saved_dollars(saved: GEPAState | None) -> tuple[float, float]:
+    """Dollars a resumed run had spent, in all and on reflection (0 for a fresh run, or one saved before
+    dollars were)."""
+    checkpoint = saved.adapter_state.get(CHECKPOINT_KEY, {}) if saved is not None else {}
+    return float(checkpoint.get("spent_usd", 0.0)), float(checkpoint.get("reflection_spent_usd", 0.0))
+
+
 class RunCheckpoint:
     """The strategies' state, saved and restored through gepa's adapter-state hook."""
 
-    def __init__(self, settings: dict[str, Any], sampler: SequentialMinibatchSampler, rng: random.Random):
+    def __init__(self, settings: dict[str, Any], sampler: SequentialMinibatchSampler, rng: random.Random,
+                 dollars_spent: Callable[[], tuple[float, float]] = lambda: (0.0, 0.0)):
         self.settings = settings
         self.sampler = sampler
         self.rng = rng
+        self.dollars_spent = dollars_spent  # in all and on reflection, this run's and the runs it resumed
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -90,6 +100,7 @@ class RunCheckpoint:
             "sampler_last_trainset_size": self.sampler.last_trainset_size,
             "sampler_id_freqs": dict(self.sampler.id_freqs),
             "rng": self.rng.getstate(),
+            **dict(zip(("spent_usd", "reflection_spent_usd"), self.dollars_spent(), strict=True)),
         }
 
     def restore(self, saved: dict[str, Any]) -> None:

@@ -24,14 +24,16 @@ from typing import TYPE_CHECKING, Any
 
 import dspy
 from dspy.primitives import Example, Module
-from dspy.teleprompt.gepa.gepa import AUTO_RUN_SETTINGS, DspyGEPAResult
+from dspy.teleprompt.gepa.gepa import DspyGEPAResult
 from gepa.core.result import GEPAResult
 from gepa.core.state import GEPAState
 
 from dspy_pxn import checks, components, limits, metrics, resume
 from dspy_pxn import selection as selections
 from dspy_pxn.adapter import BatchedAdapter
-from dspy_pxn.budget import BudgetGuard, RunShape
+from dspy_pxn.budget import AutoBudget, BudgetGuard, RunShape
+from dspy_pxn.caps import RunCaps
+from dspy_pxn.caps import installed as caps_installed
 from dspy_pxn.description import RunDescription, digest, lm_name
 from dspy_pxn.events import StepEvents
 from dspy_pxn.holdout import holdout_score
@@ -65,6 +67,7 @@ class Run:
     description: RunDescription
     saved_state: GEPAState | None  # the state a resumed run continues, from log_dir
     p: int  # parents per step: the optimizer's p, or what p="auto" came to for this pool, budget and valset
+    caps: RunCaps | None  # the dollar and time caps every LM call of the search passes (they keep what is spent)
 
     @property
     def schedule(self) -> str:
@@ -86,8 +89,10 @@ class Run:
             logger.warning("No valset given: using the trainset for validation (scores will be optimistic).")
         valset = checks.dataset("valset", valset) if valset is not None else trainset
         m = optimizer.reflection_minibatch_size
-        budget = metric_call_budget(optimizer, seed, trainset, valset)
-        guard = BudgetGuard(budget, len(valset), m, crossover=optimizer.use_merge)
+        auto = auto_budget(optimizer, seed, valset)
+        budget = auto.metric_calls if auto is not None else metric_call_budget(optimizer, trainset, valset)
+        guard = BudgetGuard(budget, len(valset), m, crossover=optimizer.use_merge,
+                            max_proposals=auto.proposals if auto is not None else None)
         checks.budget_buys_one_step(budget, len(valset), m, guard.smallest_budget())
         checks.examples_match_program(student, trainset=trainset, valset=valset, testset=optimizer.testset)
         checks.writable_dir("log_dir", optimizer.log_dir)
@@ -105,8 +110,12 @@ class Run:
         saved_state = resume.load_saved_state(optimizer.log_dir)
         if saved_state is not None:
             resume.check_resumable(saved_state, description.resume_settings(), optimizer.log_dir)
+        spent_usd, reflection_spent_usd = resume.saved_dollars(saved_state)
+        caps = RunCaps.for_run(optimizer.max_cost_usd, optimizer.max_reflection_cost_usd, optimizer.max_wall_s,
+                               limits.reachable_lms(dspy.settings.lm, reflection_lm, student),
+                               spent_usd=spent_usd, reflection_spent_usd=reflection_spent_usd)
         return cls(optimizer, student, trainset, valset, metric, seed, code, reflection_lm,
-                   shape, guard, description, saved_state, p)
+                   shape, guard, description, saved_state, p, caps)
 
     # ------------------------------------------------------------------------------ resources
     @contextmanager
@@ -126,18 +135,21 @@ class Run:
             log_dir = optimizer.log_dir or (tracked_run.log_dir if tracked_run is not None else None)
             step_log = StepLog(log_dir) if log_dir is not None else None
             recorder = StepRecorder(
-                self.p, self.n, self.shape, pool, usage, lm_calls, schedule=self.schedule,
+                self.p, self.n, self.shape, pool, usage, lm_calls, schedule=self.schedule, caps=self.caps,
                 sinks=[*([step_log] if step_log else []), *optimizer.step_sinks,
                        *([tracked_run.on_step] if tracked_run else [])],
             )
-            events = StepEvents([recorder])
+            events = StepEvents([*([self.caps] if self.caps else []), recorder])
             adapter = self._adapter(pool, events)
             if self.saved_state is not None:
                 self._resume(adapter, recorder, step_log)
             limits.warn_if_no_timeout("task", dspy.settings.lm)
             limits.warn_if_no_timeout("reflection", self.reflection_lm)
             run_lms = (dspy.settings.lm, self.reflection_lm, self.student)
-            with usage.active(), limits.installed(optimizer.lm_limiter), limits.counting(lm_calls, run_lms):
+            with usage.active(), caps_installed(self.caps), limits.installed(optimizer.lm_limiter), \
+                    limits.counting(lm_calls, run_lms):
+                if self.caps is not None:
+                    self.caps.start()
                 yield Live(pool, usage, lm_calls, tracked_run, recorder, events, adapter,
                            gepa_callbacks=[*(tracked_run.gepa_callbacks if tracked_run else []), *optimizer.callbacks],
                            started=time.perf_counter())
@@ -186,7 +198,10 @@ class Run:
     def result(self, gepa_result: GEPAResult, live: Live) -> Module:
         """The best program, as dspy.GEPA returns it, with ``detailed_results`` when ``track_stats``."""
         optimizer = self.optimizer
+        if self.caps is not None:
+            self.caps.lift()  # the held-out score below is not the search's spending
         wall_s, usage, lm_call_counts = time.perf_counter() - live.started, live.usage.totals(), live.lm_calls.counts()
+        stopped_by = self.stopped_by(gepa_result)
         program = live.adapter.build_program(gepa_result.best_candidate)
         limits.leave_uncounted(program)
         if uncounted := limits.uncounted_calls_warning(usage.lm_calls, lm_call_counts.calls):
@@ -207,13 +222,25 @@ class Run:
                 **{f.name: getattr(base, f.name) for f in fields(DspyGEPAResult)},
                 steps=tuple(live.recorder.steps), budget=self.shape.budget, num_workers=live.pool.num_workers,
                 wall_s=wall_s, test_score=test_score, usage=usage, lm_call_counts=lm_call_counts,
-                mlflow_run_id=tracked_run_id(live.tracked_run),
+                mlflow_run_id=tracked_run_id(live.tracked_run), stopped_by=stopped_by,
             )
             if optimizer.track_stats:
                 program.detailed_results = details
         if live.tracked_run is not None:
             quietly("finish", lambda: live.tracked_run.finish(program, details))
         return program
+
+
+    def stopped_by(self, gepa_result: GEPAResult) -> str:
+        """Which budget ended the search, said in the log."""
+        ended = self.caps.stopped_by if self.caps is not None else None
+        if ended is None:
+            return "auto" if self.guard.max_proposals_total is not None and not self.guard.proposals_left() else (
+                "max_metric_calls")
+        spent = getattr(gepa_result, "total_metric_calls", None)
+        logger.info("%s ended the run%s, after %s of %d metric calls; the best program found is returned.", ended,
+                    f" (${self.caps.spent_usd:.4f} spent)" if self.caps.counts_dollars else "", spent, self.shape.budget)
+        return ended
 
 
 def tracked_run_id(tracked_run: TrackedRun | None) -> str | None:
@@ -238,19 +265,25 @@ class Live:
 
 
 # ---------------------------------------------------------------------------------- decisions
-def metric_call_budget(optimizer: BatchedGEPA, seed_candidate: dict[str, str], trainset: list[Example],
-                       valset: list[Example]) -> int:
-    """The budget in metric calls, from auto/max_full_evals exactly as dspy.GEPA computes it.
+def auto_budget(optimizer: BatchedGEPA, seed_candidate: dict[str, str], valset: list[Example]) -> AutoBudget | None:
+    """What ``auto`` comes to for this program, valset, minibatch and P×N, said in the log (dspy's own
+    formula assumes a minibatch of 35 and periodic full evaluations, which neither loop does).
 
-    With no budget at all, ``auto="light"``: the run says so, with the number it comes to.
+    With no budget at all, ``auto="light"``.
     """
-    if optimizer.auto is not None:
-        budget = optimizer.auto_budget(num_preds=max(len(seed_candidate), 1),
-                                       num_candidates=AUTO_RUN_SETTINGS[optimizer.auto]["n"], valset_size=len(valset))
-        if optimizer.budget_by_default:
-            logger.info("No budget given: using auto='light', %d metric calls for this program and valset "
-                        "(pass max_metric_calls=... to set it).", budget)
-        return budget
+    if optimizer.auto is None:
+        return None
+    components, m = max(len(seed_candidate), 1), optimizer.reflection_minibatch_size
+    width = (optimizer.p if optimizer.p != AUTO else 1) * optimizer.n
+    auto = AutoBudget.of(optimizer.auto, components, len(valset), m, width)
+    explained = auto.explained(components, len(valset), m)
+    logger.info(("No budget given: " + explained + " Pass max_metric_calls=... to set one.")
+                if optimizer.budget_by_default else explained)
+    return auto
+
+
+def metric_call_budget(optimizer: BatchedGEPA, trainset: list[Example], valset: list[Example]) -> int:
+    """The budget in metric calls from max_full_evals, as dspy.GEPA computes it, or max_metric_calls."""
     if optimizer.max_full_evals is not None:
         return optimizer.max_full_evals * (len(trainset) + len(valset))
     return optimizer.max_metric_calls

@@ -29,6 +29,7 @@ from gepa.strategies.proposal_sampling import ProposalTask
 from gepa.strategies.proposal_selection import SelectionStrategy
 
 from dspy_pxn.budget import BudgetGuard
+from dspy_pxn.caps import RunCaps
 from dspy_pxn.events import StepEvents
 
 # candidate_selection_strategy by name: how parents are drawn from the pool (gepa's selectors).
@@ -64,7 +65,21 @@ class ExactBudgetStopper:
         self.max_metric_calls = guard.max_metric_calls
 
     def __call__(self, gepa_state: GEPAState) -> bool:
-        return not self.guard.can_step(self.guard.remaining(gepa_state))
+        return not self.guard.can_step(self.guard.remaining(gepa_state)) or self.guard.proposals_left() == 0
+
+
+class CapsStopper:
+    """Stops before a step the run's dollars or deadline cannot pay for or finish (``dspy_pxn.caps``):
+    P·N screenings, their reflections and one validation, at what the run measured so far."""
+
+    def __init__(self, caps: RunCaps, guard: BudgetGuard, width: int, workers: int):
+        self.caps, self.guard, self.width, self.workers = caps, guard, width, workers
+
+    def __call__(self, gepa_state: GEPAState) -> bool:
+        screening = self.width * self.guard.proposal_cost()
+        waves = 2 * -(-screening // (2 * self.workers)) + -(-self.guard.valset_size // self.workers)
+        return self.caps.blocks(rollouts=screening + self.guard.valset_size, reflections=self.width,
+                                rollout_waves=waves, reflections_in_series=1) is not None
 
 
 class SequentialMinibatchSampler(EpochShuffledBatchSampler):
@@ -163,6 +178,7 @@ class DistinctParentsPxN:
         width = min(self.p * self.n, self.guard.max_proposals(state))
         if width < 1:
             return []
+        self.guard.started(width)
         parents = self.choose_parents(state, candidate_selector, math.ceil(width / self.n))
         tasks: list[ProposalTask] = []
         for parent in parents:

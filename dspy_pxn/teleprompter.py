@@ -56,6 +56,18 @@ OWNED_GEPA_KWARGS = (
 )
 
 
+def caps_from_gepa_kwargs(gepa_kwargs: dict[str, Any] | None, max_reflection_cost_usd: float | None
+                          ) -> tuple[dict[str, Any] | None, float | None]:
+    """gepa's ``max_reflection_cost`` (which dspy.GEPA refuses) is our ``max_reflection_cost_usd``."""
+    if not gepa_kwargs or "max_reflection_cost" not in gepa_kwargs:
+        return gepa_kwargs, max_reflection_cost_usd
+    if max_reflection_cost_usd is not None:
+        raise checks.ArgumentError("Pass max_reflection_cost_usd=... or gepa_kwargs={'max_reflection_cost': ...}, "
+                                   "not both: they are the same cap.")
+    rest = {key: value for key, value in gepa_kwargs.items() if key != "max_reflection_cost"}
+    return rest, gepa_kwargs["max_reflection_cost"]
+
+
 class BatchedGEPA(dspy.GEPA):
     """dspy.GEPA with P×N proposals per step, one worker pool for every rollout, and an exact budget.
 
@@ -159,6 +171,17 @@ class BatchedGEPA(dspy.GEPA):
             (P·N proposal pipelines always in flight, no step barrier). Default: ``"async"`` above
             1×1, unless ``use_merge``, ``use_wandb`` or ``gepa_kwargs`` that only gepa's loop reads
             are given; ``"steps"`` at 1×1.
+        max_cost_usd: Dollars the search may spend on LM calls, task and reflection together; the run
+            never spends more (each call's worst case is reserved before it is made, the
+            ``max_tokens`` of every priced LM bounds it) and returns the best program found when the
+            next piece of work does not fit. Whichever budget binds first ends the run
+            (``detailed_results.stopped_by``). Needs every LM's price in litellm's map
+            (``litellm.register_model``); models served on localhost cost 0. Default: no cap.
+        max_reflection_cost_usd: Dollars the reflection LM (reflections and sibling merges) may spend;
+            gepa's ``max_reflection_cost`` in ``gepa_kwargs`` means the same. Default: no cap.
+        max_wall_s: A deadline, in seconds from the start of the search: no work is started that the
+            run's measured latencies say cannot finish in time, no LM call is made after it, and the best
+            program found is returned (within about one call's latency of the deadline). Default: none.
 
     Raises:
         ValueError: An argument that cannot work, named with the fix (also an ``AssertionError``
@@ -212,6 +235,9 @@ class BatchedGEPA(dspy.GEPA):
         registered_model_name: str | None = None,
         max_concurrent_lm_calls: int | limits.LMCallLimiter | None = None,
         schedule: Literal["steps", "async"] | None = None,
+        max_cost_usd: float | None = None,
+        max_reflection_cost_usd: float | None = None,
+        max_wall_s: float | None = None,
     ):
         self.p = p if p == AUTO else checks.positive_int(
             "p", p, "p is the number of parents sampled per step, e.g. p=8, or p='auto' to fill the worker pool.")
@@ -237,6 +263,11 @@ class BatchedGEPA(dspy.GEPA):
         component_selector_named(component_selector)  # an unknown name fails now, not at compile
         if use_wandb:
             checks.wandb_installed()
+        gepa_kwargs, max_reflection_cost_usd = caps_from_gepa_kwargs(gepa_kwargs, max_reflection_cost_usd)
+        self.max_cost_usd = checks.positive_number("max_cost_usd", max_cost_usd, "It is dollars, e.g. 5.0.")
+        self.max_reflection_cost_usd = checks.positive_number(
+            "max_reflection_cost_usd", max_reflection_cost_usd, "It is dollars, e.g. 1.0.")
+        self.max_wall_s = checks.positive_number("max_wall_s", max_wall_s, "It is seconds, e.g. 3600.")
         owned = sorted(set(gepa_kwargs or {}) & set(OWNED_GEPA_KWARGS))
         if owned:
             raise ValueError(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -22,6 +23,10 @@ import dspy
 from dspy.utils.usage_tracker import UsageTracker
 
 logger = logging.getLogger(__name__)
+
+# The LM call in progress in this thread that wants to hear its billed usage: DSPy bills a call while it
+# is in progress, in the calling thread, so a dollar cap (dspy_pxn.caps) settles its reservation here.
+call_in_progress = threading.local()
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,9 @@ class UsageMeter(UsageTracker):
     def add_usage(self, lm: str, usage_entry: dict[str, Any]) -> None:
         with self._lock:
             super().add_usage(lm, usage_entry)
+        call = getattr(call_in_progress, "call", None)
+        if call is not None:  # a dollar cap's reservation (dspy_pxn.caps), settled at what the call was billed
+            call.billed(lm, usage_entry)
 
     def absorb(self, other: UsageTracker) -> None:
         """Take in another tracker's entries (a rollout's own, under ``track_usage``)."""
@@ -187,8 +195,12 @@ def token_prices(model: str) -> tuple[float, float] | None:
     The map is read through ``dspy.clients.model_metadata``, the copy of litellm's
     ``model_prices_and_context_window.json`` that DSPy ships and loads the way litellm
     does (``LITELLM_LOCAL_MODEL_COST_MAP`` keeps its meaning): importing litellm itself
-    costs seconds, which would land inside the first measured step.
+    costs seconds, which would land inside the first measured step. Where litellm is imported
+    already, its live map answers first: ``litellm.register_model(...)`` prices a model there.
     """
+    registered = _litellm_prices(model)
+    if registered is not None:
+        return registered
     # DSPy refreshes the price map from the network unless told to use its bundled copy; dspy-pxn
     # makes no network call but to the user's LMs, so the bundled copy is the default here.
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -205,3 +217,18 @@ def token_prices(model: str) -> tuple[float, float] | None:
     if prompt is None or completion is None:
         return None
     return prompt, completion
+
+
+def _litellm_prices(model: str) -> tuple[float, float] | None:
+    """litellm's own price for ``model`` (a registered one included), if litellm is already imported."""
+    litellm = sys.modules.get("litellm")
+    table = getattr(litellm, "model_cost", None) if litellm is not None else None
+    if not isinstance(table, Mapping):
+        return None
+    for name in (model, model.partition("/")[2]):
+        entry = table.get(name) if name else None
+        if isinstance(entry, Mapping):
+            prompt, completion = entry.get("input_cost_per_token"), entry.get("output_cost_per_token")
+            if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (prompt, completion)):
+                return float(prompt), float(completion)
+    return None

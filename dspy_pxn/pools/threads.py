@@ -12,7 +12,7 @@ import contextvars
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import TypeVar
 
 from dspy_pxn.checks import positive_int
@@ -51,7 +51,13 @@ class ThreadWorkerPool:
         futures = [
             self._executor.submit(contextvars.copy_context().run, self._timed, fn, item) for item in items
         ]
-        return [future.result() for future in futures]
+        try:
+            return [future.result() for future in futures]
+        except BaseException:  # the caller hears of it once its other tasks are over: none outlives the map
+            for future in futures:
+                future.cancel()
+            wait(futures)
+            raise
 
     def map_local(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
         """The workers are local threads already."""

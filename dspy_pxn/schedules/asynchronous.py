@@ -45,6 +45,7 @@ from gepa.strategies.acceptance import StrictImprovementAcceptance
 from gepa.strategies.proposal_sampling import ProposalTask
 
 from dspy_pxn import selection as selections
+from dspy_pxn.caps import CapReached, seed_validation_paid
 from dspy_pxn.events import Phase, StepListener, override
 from dspy_pxn.run import Live, Run
 from dspy_pxn.schedules.gepa_events import GepaNotifier, pareto_front
@@ -98,6 +99,8 @@ class AsyncSchedule(StepListener):
         self.window_started = False  # the current window has had an event, and gepa has been told it began
         self.accepted_in_window = False
         self.launched = 0  # pipelines started: each one's proposal id
+        self.caps = run.caps
+        self.refused = False  # a cap refused an LM call: nothing more is started, what is in flight drains
 
     # ------------------------------------------------------------------------------ the run
     def search(self) -> GEPAState:
@@ -112,7 +115,7 @@ class AsyncSchedule(StepListener):
         error: BaseException | None = None
         try:
             while True:
-                if error is None:
+                if error is None and not self.refused:
                     self._launch(pipelines, in_flight)
                     validating = sum(kind == "validation" for kind in in_flight.values())
                     if queued and validating < self.validations:
@@ -125,6 +128,9 @@ class AsyncSchedule(StepListener):
                     kind = in_flight.pop(future)
                     try:
                         outcome = future.result()
+                    except CapReached:  # a budget in dollars or time ended the run: drain, keep the state
+                        self.refused = True
+                        continue
                     except BaseException as failure:  # noqa: BLE001 - stop launching, drain, then raise
                         error = error or failure
                         continue
@@ -136,6 +142,9 @@ class AsyncSchedule(StepListener):
             pipelines.shutdown(wait=True)
             validator.shutdown(wait=True)
             with self.lock:
+                for proposal in queued:
+                    self.notify.rejected(self.state, proposal, "the run's budget ended before its validation",
+                                         "improved_not_selected")
                 self._end_window()
                 self._save()
         if error is not None:
@@ -146,7 +155,9 @@ class AsyncSchedule(StepListener):
     def _initial_state(self) -> GEPAState:
         """The seed validated on the valset, or the saved state a resumed run continues (gepa's own rule)."""
         ids = list(self.valset.all_ids())
-        evaluation = self.live.adapter.evaluate(self.valset.fetch(ids), self.run.seed_candidate, phase="validation")
+        with seed_validation_paid():
+            evaluation = self.live.adapter.evaluate(self.valset.fetch(ids), self.run.seed_candidate,
+                                                    phase="validation")
         optimizer = self.run.optimizer
         state = initialize_gepa_state(
             run_dir=optimizer.log_dir, logger=LoggerAdapter(logger), seed_candidate=self.run.seed_candidate,
@@ -209,8 +220,14 @@ class AsyncSchedule(StepListener):
     # ------------------------------------------------------------------------------ proposals
     def _launch(self, executor: ThreadPoolExecutor, in_flight: dict[Future, str]) -> None:
         """Start pipelines until ``width`` are in flight or the budget has no room for another."""
-        while sum(kind == "proposal" for kind in in_flight.values()) < self.width:
+        m, val_waves = self.guard.minibatch_size, self._waves(self.guard.valset_size)
+        while (pipelines := sum(kind == "proposal" for kind in in_flight.values())) < self.width:
             with self.lock:
+                # Dollars for this pipeline and those in flight, and one validation; time for its critical path.
+                if self.caps is not None and self.caps.blocks(
+                        rollouts=(pipelines + 1) * 2 * m + self.guard.valset_size, reflections=pipelines + 1,
+                        rollout_waves=2 + val_waves, reflections_in_series=1):
+                    return
                 if not self.guard.reserve_proposal(self.state):
                     return
                 parent = self.parts.candidate_selector.select_candidate_idx(self.state)
@@ -277,12 +294,23 @@ class AsyncSchedule(StepListener):
         """Reserve the validations the selection may ask for, then select and validate off the driver
         thread (a sibling merge's reflection call must not hold up the pipelines)."""
         with self.lock:
-            room = self.guard.reserve_validations(self.state, selections.kept(self.run.optimizer.selection, len(batch)))
+            wanted = selections.kept(self.run.optimizer.selection, len(batch))
+            merges = int(self.run.optimizer.selection in selections.MERGES)
+            val = self.guard.valset_size
+            if self.caps is not None and self.caps.blocks(rollouts=wanted * val, reflections=merges,
+                                                          rollout_waves=self._waves(wanted * val),
+                                                          reflections_in_series=merges):
+                wanted = 0
+            room = self.guard.reserve_validations(self.state, wanted) if wanted else 0
         if room == 0:
             for proposal in batch:
                 self.notify.rejected(self.state, proposal, "no budget left to validate it", "improved_not_selected")
             return
         in_flight[executor.submit(contextvars.copy_context().run, self._select_and_validate, batch, room)] = "validation"
+
+    def _waves(self, rollouts: int) -> int:
+        """Rounds of one task call each that this many rollouts take on the pool."""
+        return -(-rollouts // self.live.pool.num_workers)
 
     def _select_and_validate(self, batch: list[CandidateProposal], room: int) -> _Validated:
         # Unlocked: a sibling merge calls the reflection LM here. Another validation's candidates may be

@@ -18,6 +18,7 @@ from gepa.strategies.proposal_selection import SelectionStrategy
 from dspy_pxn import selection as selections
 from dspy_pxn.merge import SiblingMerge
 from dspy_pxn.reflection import PooledReflection
+from dspy_pxn import resume
 from dspy_pxn.resume import RunCheckpoint
 from dspy_pxn.run import Live, Run
 from dspy_pxn.strategies import (
@@ -46,7 +47,8 @@ class GepaParts:
         rng = random.Random(optimizer.seed)
         sampler = SequentialMinibatchSampler(optimizer.reflection_minibatch_size, rng)
         # Their state is saved with gepa's, through the adapter's state hook (dspy_pxn.resume).
-        live.adapter.checkpoint = RunCheckpoint(run.description.resume_settings(), sampler, rng)
+        live.adapter.checkpoint = RunCheckpoint(run.description.resume_settings(), sampler, rng,
+                                                dollars_spent=lambda: dollars_spent(run, live))
         selector = optimizer.candidate_selection_strategy
         return cls(
             candidate_selector=CANDIDATE_SELECTORS[selector](rng) if isinstance(selector, str) else selector,
@@ -55,6 +57,14 @@ class GepaParts:
             reflection=PooledReflection(live.adapter, run.reflection_lm, live.pool, live.events),
             selection=BudgetCappedSelection(selection_strategy(run, live), run.guard, live.events),
         )
+
+
+def dollars_spent(run: Run, live: Live) -> tuple[float, float]:
+    """What a resumed run starts from: the caps' count, or without caps, the dollars metered so far."""
+    if run.caps is not None:
+        return run.caps.spent_usd, run.caps.reflection_spent_usd
+    before = resume.saved_dollars(run.saved_state)
+    return before[0] + (live.usage.totals().cost_usd or 0.0), before[1]
 
 
 def selection_strategy(run: Run, live: Live) -> SelectionStrategy:

@@ -6,6 +6,10 @@
     adapter     BatchedAdapter              every rollout of a step on one pool of W workers
     selection   BudgetCappedSelection       all | best | top-k | sibling merge, never validating past the budget
     stopper     ExactBudgetStopper          stop when no useful step fits the budget
+                CapsStopper                 ... or the dollars and deadline (max_cost_usd, max_wall_s)
+
+A cap that refuses an LM call mid-step (``caps.CapReached``) ends gepa's loop by raising through
+it; the state gepa was driving is then the result, as if its loop had stopped there.
 
 At P = N = 1 this is dspy.GEPA's run, candidate for candidate (``tests/test_batched_gepa.py``).
 """
@@ -13,14 +17,17 @@ At P = N = 1 this is dspy.GEPA's run, candidate for candidate (``tests/test_batc
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import gepa
 from dspy.teleprompt.gepa.gepa_utils import LoggerAdapter
 from gepa.core.result import GEPAResult
+from gepa.core.state import GEPAState
 
+from dspy_pxn.caps import CapReached, seed_validation_paid
 from dspy_pxn.run import Live, Run
 from dspy_pxn.schedules.parts import GepaParts
-from dspy_pxn.strategies import DistinctParentsPxN, ExactBudgetStopper
+from dspy_pxn.strategies import CapsStopper, DistinctParentsPxN, ExactBudgetStopper
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +41,28 @@ class StepSchedule:
         # gepa's loop does not say which evaluations are the parents' or which phase a step is in:
         # the adapter follows the step's events.
         live.events.add(live.adapter)
+        stoppers: list[Any] = [ExactBudgetStopper(run.guard)]
+        if run.caps is not None:
+            stoppers.append(CapsStopper(run.caps, run.guard, run.p * run.n, live.pool.num_workers))
+        driven = StateDriven()
+        try:
+            return StepSchedule._optimize(run, live, parts, stoppers, driven)
+        except CapReached as reached:
+            if driven.state is None:  # gepa was still scoring the seed
+                with seed_validation_paid():
+                    raise reached from None
+            return StepSchedule._stopped(run, live, driven.state)
+
+    @staticmethod
+    def _stopped(run: Run, live: Live, state: GEPAState) -> GEPAResult:
+        """gepa's state where a cap stopped its loop, saved (for resume) and read as gepa reads it."""
+        state.adapter_state = dict(live.adapter.get_adapter_state())
+        state.save(run.optimizer.log_dir, use_cloudpickle=bool(run.optimizer.gepa_kwargs.get("use_cloudpickle")))
+        return GEPAResult.from_state(state, run_dir=run.optimizer.log_dir, seed=run.optimizer.seed)
+
+    @staticmethod
+    def _optimize(run: Run, live: Live, parts: GepaParts, stoppers: list[Any], driven: StateDriven) -> GEPAResult:
+        optimizer = run.optimizer
         return gepa.optimize(
             seed_candidate=run.seed_candidate,
             trainset=run.trainset,
@@ -44,8 +73,8 @@ class StepSchedule:
             sampling_strategy=DistinctParentsPxN(run.p, run.n, run.guard, live.events),
             selection_strategy=parts.selection,
             reflection_strategy=parts.reflection,
-            stop_callbacks=[ExactBudgetStopper(run.guard)],
-            callbacks=[live.recorder, *live.gepa_callbacks],
+            stop_callbacks=stoppers,
+            callbacks=[driven, live.recorder, *live.gepa_callbacks],
             skip_perfect_score=optimizer.skip_perfect_score,
             perfect_score=optimizer.perfect_score,
             module_selector=parts.component_selector,
@@ -62,3 +91,13 @@ class StepSchedule:
             seed=optimizer.seed,
             **optimizer.gepa_kwargs,
         )
+
+
+class StateDriven:
+    """A gepa callback that keeps the state gepa's loop drives, for a run a cap stops mid-step."""
+
+    def __init__(self) -> None:
+        self.state: GEPAState | None = None
+
+    def on_iteration_start(self, event: Any) -> None:
+        self.state = event["state"]

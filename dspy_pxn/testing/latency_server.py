@@ -44,7 +44,7 @@ from dspy_pxn.testing import responder
 from dspy_pxn.testing.landscape import DEPTH, LANDSCAPES, Landscape, resolve_landscape
 from dspy_pxn.testing.latency import DISTRIBUTIONS, LatencySampler
 from dspy_pxn.testing.responder import respond
-from dspy_pxn.testing.wire import CallStats, chat_completion_body
+from dspy_pxn.testing.wire import CallStats, chat_completion_body, estimate_tokens
 
 __all__ = ["INJECTED_REPLIES", "FaultInjector", "SimServer", "main", "serve"]
 
@@ -114,6 +114,7 @@ class SimServer(ThreadingHTTPServer):
         # Which client stack called (openai SDK via litellm vs dspy's native lm15), for verification.
         self.clients: Counter[str] = Counter()
         self.streamed = 0
+        self.tokens: dict[str, dict[str, int]] = {}  # billed tokens and calls by model
 
     @property
     def base_url(self) -> str:
@@ -129,6 +130,7 @@ class SimServer(ThreadingHTTPServer):
         with self._meta_lock:
             snap["clients"] = dict(self.clients)
             snap["streamed"] = self.streamed
+            snap["tokens"] = {model: dict(billed) for model, billed in self.tokens.items()}
             snap["faults"] = {k: self.fault_counts.get(k, 0) for k in INJECTED_REPLIES}
             snap["faults"]["total"] = sum(self.fault_counts.values())
         snap["requests"] = self.requests.snapshot()
@@ -151,6 +153,7 @@ class SimServer(ThreadingHTTPServer):
         with self._meta_lock:
             self.clients.clear()
             self.streamed = 0
+            self.tokens.clear()
             self.fault_counts.clear()
             self._seen.clear()
 
@@ -267,9 +270,17 @@ class _Handler(BaseHTTPRequestHandler):
             content, finish_reason = content[: max(1, len(content) // 3)], "length"
         elif fault == "empty":
             content = ""
+        limit = payload.get("max_completion_tokens") or payload.get("max_tokens")
+        if isinstance(limit, int) and limit > 0 and estimate_tokens(content) > limit:  # as a provider cuts it off
+            content, finish_reason = content[: limit * 4], "length"
         model = str(payload.get("model") or "sim")
         completion = chat_completion_body(messages, content, model)
         completion["choices"][0]["finish_reason"] = finish_reason
+        with srv._meta_lock:  # what a provider bills: the tokens of every answered call, by model
+            billed = srv.tokens.setdefault(model, {"prompt": 0, "completion": 0, "calls": 0})
+            billed["prompt"] += completion["usage"]["prompt_tokens"]
+            billed["completion"] += completion["usage"]["completion_tokens"]
+            billed["calls"] += 1
         if payload.get("stream"):
             with srv._meta_lock:
                 srv.streamed += 1

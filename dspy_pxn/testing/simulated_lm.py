@@ -45,8 +45,12 @@ class _SimEngine:
     def _response(self, content: str, messages: list[dict[str, str]]) -> Any:
         from dspy.lm15 import Message, Response, TextPart, Usage
 
+        limit = self.owner.kwargs.get("max_tokens")
+        if isinstance(limit, int) and estimate_tokens(content) > limit:  # as a provider cuts it off
+            content = content[: limit * 4]
         prompt_tokens = sum(estimate_tokens(m["content"]) for m in messages)
         completion_tokens = estimate_tokens(content)
+        self.owner.call_stats.bill(prompt_tokens, completion_tokens)
         return Response(
             id=f"sim-{uuid.uuid4().hex[:16]}",
             model=self.owner.model,

@@ -84,6 +84,7 @@ class CallStats:
             self._calls = {k: 0 for k in self.KINDS}
             self._max = dict(self._in_flight)
             self._max_total = sum(self._in_flight.values())
+            self._tokens = {"prompt": 0, "completion": 0}
 
     @contextmanager
     def track(self, kind: str) -> Iterator[None]:
@@ -98,6 +99,12 @@ class CallStats:
             with self._lock:
                 self._in_flight[kind] -= 1
 
+    def bill(self, prompt_tokens: int, completion_tokens: int) -> None:
+        """Tokens of an answered call, as a provider bills them."""
+        with self._lock:
+            self._tokens["prompt"] += prompt_tokens
+            self._tokens["completion"] += completion_tokens
+
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
             in_flight = dict(self._in_flight)
@@ -105,4 +112,5 @@ class CallStats:
                 "calls": {**self._calls, "total": sum(self._calls.values())},
                 "in_flight": {**in_flight, "total": sum(in_flight.values())},
                 "max_in_flight": {**self._max, "total": self._max_total},
+                "tokens": dict(self._tokens),
             }

@@ -1,0 +1,220 @@
+"""Budgets in dollars and a deadline, against the latency server: every call over HTTP, priced with litellm.
+
+The server bills what a provider would (its own token counts per model, ``stats()["tokens"]``), so
+"never over the cap" and "dollars exact" are checked against the server's bill, not our own count.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import dspy
+import pytest
+from gepa.core.state import GEPAState
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dspy_pxn import BatchedGEPA, read_step_log
+from dspy_pxn import testing as sim
+from dspy_pxn.resume import saved_dollars
+from dspy_pxn.testing import LatencyServer
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+litellm = pytest.importorskip("litellm")
+
+PRICES = {  # dollars per token; the reflection model dearer, as it usually is
+    "openai/sim-priced-task": (1e-6, 4e-6),
+    "openai/sim-priced-reflection": (3e-6, 12e-6),
+}
+
+
+@pytest.fixture(scope="module")
+def priced():
+    """The two models registered with litellm, as a user registers a model litellm does not know."""
+    for model, (prompt, completion) in PRICES.items():
+        litellm.register_model({model: {"input_cost_per_token": prompt, "output_cost_per_token": completion,
+                                        "litellm_provider": "openai", "mode": "chat"}})
+    yield
+    for model in PRICES:
+        litellm.model_cost.pop(model, None)
+
+
+@pytest.fixture(scope="module")
+def server(priced):
+    with LatencyServer(task_latency=0.02, reflection_latency=0.04) as running:
+        yield running
+
+
+def billed(stats: dict, model: str | None = None) -> float:
+    """What the server's token counts cost at the registered prices."""
+    total = 0.0
+    for name, tokens in stats["tokens"].items():
+        prompt, completion = PRICES[f"openai/{name}"]
+        if model is None or name == model:
+            total += tokens["prompt"] * prompt + tokens["completion"] * completion
+    return total
+
+
+def compile_priced(server, *, schedule="async", p=4, budget=3000, val=8, seed=0, log_dir=None, **caps):
+    server.reset_stats()
+    train, valset, _ = sim.make_splits(seed=seed, train=40, val=val, test=1)
+    optimizer = BatchedGEPA(
+        metric=sim.metric, p=p, n=1, max_metric_calls=budget, num_threads=12, schedule=schedule, seed=seed,
+        log_dir=log_dir, reflection_lm=server.lm("priced-reflection", max_tokens=300, temperature=1.0), **caps,
+    )
+    with dspy.context(lm=server.lm("priced-task", max_tokens=150)):
+        result = optimizer.compile(sim.seed_program(), trainset=train, valset=valset).detailed_results
+    return result, server.stats()
+
+
+@pytest.mark.parametrize("schedule", ["async", "steps"])
+@pytest.mark.parametrize(("seed", "cap"), [(0, 0.02), (1, 0.035), (2, 0.05)])
+def test_a_dollar_cap_is_never_exceeded_and_the_dollars_are_exact(server, schedule, seed, cap):
+    result, stats = compile_priced(server, schedule=schedule, seed=seed, max_cost_usd=cap)
+    spent = billed(stats)
+    assert spent <= cap
+    assert result.stopped_by == "max_cost_usd"  # the metric-call budget is far from binding
+    assert result.usage.cost_usd == pytest.approx(spent, rel=1e-9, abs=1e-12)  # every billed call, once
+    assert spent > 0.3 * cap  # the cap is spent, not left mostly unused
+    assert result.total_metric_calls <= 3000 and len(result.candidates) >= 1
+    if result.steps:
+        assert result.steps[-1].cost_usd_left == pytest.approx(cap - spent, abs=1e-9)
+
+
+@pytest.mark.parametrize("schedule", ["async", "steps"])
+def test_the_metric_call_budget_still_ends_the_run_when_it_binds_first(server, schedule):
+    result, stats = compile_priced(server, schedule=schedule, budget=60, max_cost_usd=10.0)
+    assert result.stopped_by == "max_metric_calls"
+    assert result.total_metric_calls <= 60 and billed(stats) < 10.0
+
+
+@pytest.mark.parametrize("schedule", ["async", "steps"])
+def test_a_reflection_cap_holds_the_reflection_lm_alone(server, schedule):
+    cap = 0.004
+    result, stats = compile_priced(server, schedule=schedule, max_reflection_cost_usd=cap)
+    assert billed(stats, "sim-priced-reflection") <= cap
+    assert result.stopped_by == "max_reflection_cost_usd"
+    assert billed(stats, "sim-priced-task") > 0
+
+
+def test_gepas_max_reflection_cost_is_the_same_cap():
+    optimizer = BatchedGEPA(metric=sim.metric, reflection_lm=sim.SimulatedLM(), max_metric_calls=100,
+                            gepa_kwargs={"max_reflection_cost": 2.5})
+    assert optimizer.max_reflection_cost_usd == 2.5 and "max_reflection_cost" not in optimizer.gepa_kwargs
+    with pytest.raises(ValueError, match="not both"):
+        BatchedGEPA(metric=sim.metric, reflection_lm=sim.SimulatedLM(), max_metric_calls=100,
+                    max_reflection_cost_usd=1.0, gepa_kwargs={"max_reflection_cost": 2.5})
+
+
+@pytest.mark.parametrize(("argument", "value"), [("max_cost_usd", 0), ("max_cost_usd", -1.0), ("max_wall_s", "1h"),
+                                                 ("max_reflection_cost_usd", float("inf"))])
+def test_a_cap_that_is_not_a_positive_number_is_refused_by_name(argument, value):
+    with pytest.raises(ValueError, match=f"{argument} must be a number above 0"):
+        BatchedGEPA(metric=sim.metric, reflection_lm=sim.SimulatedLM(), max_metric_calls=100, **{argument: value})
+
+
+def test_a_model_litellm_cannot_price_is_refused_before_any_call(server):
+    unknown = dspy.LM("openai/model-nobody-priced", api_base="https://llm.example.com/v1", api_key="k",
+                      max_tokens=100)
+    train, val, _ = sim.make_splits(seed=0, train=10, val=4, test=1)
+    server.reset_stats()
+    with dspy.context(lm=unknown), pytest.raises(ValueError, match=r"litellm\.register_model.*cost_per_token"):
+        BatchedGEPA(metric=sim.metric, reflection_lm=server.lm("priced-reflection", max_tokens=300),
+                    max_metric_calls=100, max_cost_usd=1.0).compile(sim.seed_program(), trainset=train, valset=val)
+    assert server.stats()["requests"]["calls"]["total"] == 0
+
+
+def test_a_priced_model_without_max_tokens_is_refused_naming_it(server):
+    train, val, _ = sim.make_splits(seed=0, train=10, val=4, test=1)
+    with dspy.context(lm=server.lm("priced-task")), pytest.raises(ValueError, match=r"max_tokens=\.\.\."):
+        BatchedGEPA(metric=sim.metric, reflection_lm=server.lm("priced-reflection", max_tokens=300),
+                    max_metric_calls=100, max_cost_usd=1.0).compile(sim.seed_program(), trainset=train, valset=val)
+
+
+def test_a_model_served_on_localhost_costs_nothing(server):
+    """An unregistered model at a loopback api_base is priced at 0: the cap never binds."""
+    train, val, _ = sim.make_splits(seed=0, train=30, val=6, test=1)
+    with dspy.context(lm=server.lm("local-task")):
+        result = BatchedGEPA(metric=sim.metric, p=2, reflection_lm=server.lm("local-reflection"), num_threads=8,
+                             max_metric_calls=80, max_cost_usd=0.000001).compile(
+            sim.seed_program(), trainset=train, valset=val).detailed_results
+    assert result.stopped_by == "max_metric_calls"
+
+
+def test_a_cap_that_cannot_pay_for_the_seeds_validation_says_so(server):
+    with pytest.raises(ValueError, match="ran out while the seed program was scored on the valset"):
+        compile_priced(server, max_cost_usd=0.0005)
+
+
+@pytest.mark.parametrize("schedule", ["async", "steps"])
+def test_a_deadline_is_met_within_one_calls_latency(priced, schedule):
+    deadline, reflection_latency = 3.0, 0.5
+    with LatencyServer(task_latency=0.25, reflection_latency=reflection_latency) as slow:
+        started = time.perf_counter()
+        result, _ = compile_priced(slow, schedule=schedule, budget=5000, max_wall_s=deadline)
+        elapsed = time.perf_counter() - started
+    assert result.stopped_by == "max_wall_s"
+    # The search ends within one call of the deadline (plus the driver's own bookkeeping on a busy machine).
+    assert result.wall_s <= deadline + reflection_latency + 0.5
+    assert elapsed <= deadline + reflection_latency + 1.5
+    assert len(result.candidates) >= 1 and result.total_metric_calls < 5000
+
+
+def test_a_resumed_run_keeps_the_dollars_it_had_spent(server, tmp_path):
+    log_dir = str(tmp_path / "run")
+    first, first_stats = compile_priced(server, log_dir=log_dir, max_cost_usd=0.015)
+    first_spent = billed(first_stats)
+    assert first.stopped_by == "max_cost_usd"
+    assert saved_dollars(GEPAState.load(log_dir))[0] == pytest.approx(first_spent, rel=1e-9)
+    # The same cap again: nothing is left to spend beyond a call or two's worth, so the run ends at once.
+    again, again_stats = compile_priced(server, log_dir=log_dir, max_cost_usd=0.015)
+    assert first_spent + billed(again_stats) <= 0.015
+    # A larger cap continues from what was spent, and the two runs together stay within it.
+    more, more_stats = compile_priced(server, log_dir=log_dir, max_cost_usd=0.03)
+    total = first_spent + billed(again_stats) + billed(more_stats)
+    assert total <= 0.03 and billed(more_stats) > 0
+    assert saved_dollars(GEPAState.load(log_dir))[0] == pytest.approx(total, rel=1e-9)
+    assert read_step_log(log_dir)[-1].cost_usd_left == pytest.approx(0.03 - total, abs=1e-9)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    schedule=st.sampled_from(["async", "steps"]), p=st.integers(1, 4), n=st.integers(1, 2),
+    workers=st.integers(1, 8), cap=st.floats(0.01, 0.06), seed=st.integers(0, 3),
+    selection=st.sampled_from(["all", "best", "merge"]),
+)
+def test_dollar_cap_property(priced, schedule, p, n, workers, cap, seed, selection):
+    """Any shape, schedule, selection and cap: the run never spends more than the cap, and the meter's dollars
+    are the sum of the calls' costs (the in-process model reports each call's tokens)."""
+    train, val, _ = sim.make_splits(seed=seed, train=30, val=5, test=1)
+    task = sim.SimulatedLM(model="openai/sim-priced-task", max_tokens=300)
+    reflection = sim.SimulatedLM(model="openai/sim-priced-reflection", max_tokens=600)
+    with dspy.context(lm=task):
+        result = BatchedGEPA(
+            metric=sim.metric, p=p, n=n, max_metric_calls=5000, num_threads=workers, schedule=schedule,
+            selection=selection, seed=seed, reflection_lm=reflection, max_cost_usd=cap,
+        ).compile(sim.seed_program(), trainset=train, valset=val).detailed_results
+    spent = sum(PRICES[lm.model][0] * lm.stats()["tokens"]["prompt"]
+                + PRICES[lm.model][1] * lm.stats()["tokens"]["completion"] for lm in (task, reflection))
+    assert spent <= cap
+    assert result.usage.cost_usd == pytest.approx(spent, rel=1e-9, abs=1e-12)
+    assert result.stopped_by == "max_cost_usd"
+
+
+@pytest.mark.parametrize("schedule", ["async", "steps"])
+@pytest.mark.parametrize(("level", "minibatch", "p"), [("light", 1, 1), ("light", 3, 4), ("medium", 5, 2),
+                                                      ("light", 4, 4)])
+def test_auto_makes_the_proposals_it_states_for_every_minibatch_size(schedule, level, minibatch, p, caplog):
+    from dspy_pxn.budget import PROPOSALS_PER_COMPONENT
+
+    train, val, _ = sim.make_splits(seed=0, train=40, val=6, test=1)
+    proposals = -(-PROPOSALS_PER_COMPONENT[level] // p) * p  # one component, in whole steps of P
+    with dspy.context(lm=sim.SimulatedLM()), caplog.at_level("INFO", logger="dspy_pxn"):
+        result = BatchedGEPA(metric=sim.metric, auto=level, p=p, reflection_minibatch_size=minibatch,
+                             schedule=schedule, reflection_lm=sim.SimulatedLM(temperature=1.0)).compile(
+            sim.seed_program(), trainset=train, valset=val).detailed_results
+    assert sum(step.width for step in result.steps) == proposals
+    assert result.budget == 6 + proposals * (2 * minibatch + 6)
+    assert result.total_metric_calls <= result.budget and result.stopped_by == "auto"
+    assert any(f"auto={level!r}: {proposals} proposals" in r.getMessage() for r in caplog.records)
