@@ -46,13 +46,18 @@ from dspy_pxn.usage import call_in_progress, token_prices
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["REFLECTING", "CapReached", "Price", "RunCaps", "installed", "price_of", "seed_validation_paid"]
+__all__ = ["REFLECTING", "Allowance", "CapReached", "Price", "RunCaps", "ShareSpent", "active", "installed", "price_of",
+           "seed_validation_paid"]
 
 # The DSPy setting a reflection or sibling merge sets around its LM calls: the reflection LM may be
 # the task LM, so the object alone does not say which budget a call is charged to.
 REFLECTING = "dspy_pxn_reflecting"
 
 # Providers that run on the user's own machine: without a price in litellm's map they cost nothing.
+# A unit sent to a worker gets this much more than the largest worst case one of its kind reserved: a
+# unit that needs more is refused there and ends the run; more headroom leaves more of the cap unspent.
+REMOTE_HEADROOM = 1.25
+
 LOCAL_PROVIDERS = frozenset({"ollama", "ollama_chat", "lm_studio", "llamafile"})
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0"})
 
@@ -63,6 +68,21 @@ class CapReached(BaseException):
     def __init__(self, budget: str, message: str):
         super().__init__(message)
         self.budget = budget
+
+    def __reduce__(self) -> tuple[Any, tuple[str, str]]:  # it travels back from a Ray actor
+        return CapReached, (self.budget, str(self))
+
+
+class ShareSpent(CapReached):
+    """A unit sent to a worker needed more than its share (``needed``, its worst case): the driver learns
+    the larger worst case and sends the map again if the cap pays for it."""
+
+    def __init__(self, budget: str, message: str, needed: float):
+        super().__init__(budget, message)
+        self.needed = needed
+
+    def __reduce__(self) -> tuple[Any, tuple[str, str, float]]:
+        return ShareSpent, (self.budget, str(self), self.needed)
 
 
 @dataclass(frozen=True)
@@ -166,6 +186,10 @@ class RunCaps(BaseCallback, StepListener):
         self._wave_s: list[float] = []
         self._reflection_s: list[float] = []
         self._warned_undercount = False
+        self._remote_worst: dict[bool, float] = {}  # the largest worst case a unit sent elsewhere reserved, by kind
+        self._probes: dict[bool, threading.Event] = {}  # set when the first map of a kind has come back
+        self.worst_reserved = 0.0  # every call's worst case reserved here, summed (a unit's, on a worker)
+        self.refused_worst = 0.0  # the worst case of the call this gate refused
 
     @classmethod
     def for_run(cls, max_cost_usd: float | None, max_reflection_cost_usd: float | None, max_wall_s: float | None,
@@ -233,11 +257,13 @@ class RunCaps(BaseCallback, StepListener):
         with self._lock:
             over = self._over(worst, reflection)
             if over is None:
+                self.worst_reserved += worst
                 self._reserved += worst
                 self._reflection_reserved += worst if reflection else 0.0
                 call = _Call(self, worst, reflection)
                 self._open[call_id] = call
         if over is not None:
+            self.refused_worst = worst
             self.refuse(over, f"the next call's worst case (${worst:.6f}) does not fit in what is left")
             raise CapReached(over, f"{over} is spent")
         call_in_progress.call = call
@@ -374,16 +400,110 @@ class RunCaps(BaseCallback, StepListener):
         reflection = _median(self._reflection_s)
         return time.monotonic() + rollout_waves * wave + reflections_in_series * reflection <= self.deadline
 
-    def status(self) -> dict[str, float]:
-        """What the progress line and the tracker show: dollars spent and left, seconds left."""
-        shown: dict[str, float] = {}
-        if self.counts_dollars:
-            shown["cost_usd_spent"] = self.spent_usd
-        if (left := self.usd_left()) is not None:
-            shown["cost_usd_left"] = left
-        if (seconds := self.seconds_left()) is not None:
-            shown["wall_s_left"] = seconds
-        return shown
+    # -- work sent to another process (a Ray actor): an allowance reserved here, settled when it returns --
+    def remote_allowance(self, items: int, reflection: bool) -> Allowance | None:
+        """Reserve what ``items`` units sent elsewhere may spend, each its own share (``Allowance``).
+
+        What one unit of a kind (a rollout, a reflection) costs at worst is learned from the first map
+        of that kind, which runs alone with half of what is left; maps of that kind wait for it. Later
+        shares are the largest worst case a unit of the kind reserved, with ``REMOTE_HEADROOM``, within
+        what is left.
+        Refused (``CapReached``) when what is left does not cover a unit at that worst case.
+        """
+        if self.lifted:
+            return None
+        while True:
+            if self._refusing:
+                raise CapReached(self.stopped_by or "max_cost_usd", f"the run was stopped by {self.stopped_by}")
+            seconds = self.seconds_left()
+            if seconds is not None and seconds <= 0:
+                self.refuse("max_wall_s", f"the deadline of {self.max_wall_s:g} s has passed")
+                raise CapReached("max_wall_s", f"max_wall_s={self.max_wall_s:g} s has passed")
+            if not self.counts_dollars:
+                return Allowance(None, "max_cost_usd", reflection, time.time() + seconds if seconds else None,
+                                 dict(self.prices), share_bound=False)
+            with self._lock:
+                left, budget = self._left(reflection)
+                largest = self._remote_worst.get(reflection)
+                learning = self._probes.get(reflection) if largest is None else None
+                if learning is None:
+                    if largest is None:  # this map learns what a unit of its kind costs
+                        self._probes[reflection] = threading.Event()
+                        per_item = left / (2 * items)
+                    else:
+                        per_item = min(REMOTE_HEADROOM * largest, left / items)
+                    share_bound = per_item < left / items  # less than the cap would allow: it may be raised
+                    affordable = per_item > 0 and (largest is None or per_item >= largest)
+                    if affordable:
+                        self._reserved += per_item * items
+                        self._reflection_reserved += per_item * items if reflection else 0.0
+            if learning is not None:  # another map is learning it: wait for its worst case
+                learning.wait(timeout=1.0)
+                continue
+            if not affordable:
+                self.refuse(budget, "what is left does not pay for the next unit of work sent to a worker")
+                raise CapReached(budget, f"{budget} is spent")
+            deadline = None if seconds is None else time.time() + seconds
+            return Allowance(per_item, budget, reflection, deadline, dict(self.prices), share_bound)
+
+    def needs_more(self, allowance: Allowance, needed: float) -> bool:
+        """A unit outgrew its share (``ShareSpent``): its kind's worst case is at least ``needed``. Whether
+        what is left pays for a unit that large: then the map is sent again."""
+        with self._lock:
+            kind = allowance.reflection
+            self._remote_worst[kind] = max(self._remote_worst.get(kind, 0.0), needed)
+            left, _ = self._left(kind)
+            probe = self._probes.get(kind)
+        if probe is not None:
+            probe.set()
+        return left >= needed
+
+    def unit_lost(self, allowance: Allowance | None) -> None:
+        """Units sent elsewhere never came back (their worker died): their reservation stays spent, as
+        what they billed is unknown, and a map that learns their kind's cost may start."""
+        if allowance is not None and allowance.per_item_usd is not None:
+            with self._lock:
+                probe = self._probes.pop(allowance.reflection, None) if (
+                    allowance.reflection not in self._remote_worst) else None
+            if probe is not None:
+                probe.set()
+
+    def _left(self, reflection: bool) -> tuple[float, str]:
+        """Dollars neither spent nor reserved, and the budget they are of (caller holds the lock)."""
+        left = {"max_cost_usd": math.inf}
+        if self.max_cost_usd is not None:
+            left["max_cost_usd"] = self.max_cost_usd - self.spent_usd - self._reserved
+        if reflection and self.max_reflection_cost_usd is not None:
+            left["max_reflection_cost_usd"] = (
+                self.max_reflection_cost_usd - self.reflection_spent_usd - self._reflection_reserved)
+        budget = min(left, key=left.__getitem__)
+        return left[budget], budget
+
+    def settle_remote(self, allowance: Allowance | None, items: int, usage: Mapping[str, list[Mapping[str, Any]]],
+                      largest_worst: float) -> None:
+        """Units sent elsewhere came back: their reservation is released and what they were billed spent."""
+        if allowance is None or allowance.per_item_usd is None:
+            return
+        cost = sum(self._price(model).of(_tokens(entry, "prompt_tokens", "input_tokens") or 0,
+                                         _tokens(entry, "completion_tokens", "output_tokens") or 0)
+                   for model, entries in usage.items() for entry in entries)
+        reserved = allowance.per_item_usd * items
+        with self._lock:
+            self._reserved -= reserved
+            self.spent_usd += cost
+            if allowance.reflection:
+                self._reflection_reserved -= reserved
+                self.reflection_spent_usd += cost
+            else:
+                self._task_usd += cost
+            if largest_worst > 0:
+                self._remote_worst[allowance.reflection] = max(self._remote_worst.get(allowance.reflection, 0.0),
+                                                               largest_worst)
+            probe = self._probes.get(allowance.reflection)
+        if probe is not None and allowance.reflection in self._remote_worst:
+            probe.set()
+        elif probe is not None and largest_worst == 0:  # the units made no priced call: another map learns it
+            self.unit_lost(allowance)
 
 
 @contextmanager
@@ -397,12 +517,54 @@ def seed_validation_paid() -> Iterator[None]:
                             f"any search ({reached}): raise {reached.budget}, or use a smaller valset.") from None
 
 
+def active() -> RunCaps | None:
+    """The caps of the run whose context this is (a pool that sends work elsewhere reserves with them)."""
+    return next((c for c in dspy.settings.get("callbacks", None) or [] if isinstance(c, RunCaps)), None)
+
+
 def installed(caps: RunCaps | None) -> AbstractContextManager[Any]:
     """The gate first among the context's DSPy callbacks: a call it refuses was seen by no other callback
     (DSPy runs no end callbacks for a call whose start raised, so a later one would hold a slot or a span)."""
     if caps is None:
         return nullcontext()
     return dspy.context(callbacks=[caps, *(dspy.settings.get("callbacks", None) or [])])
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """What each unit of one map sent to another process (a Ray actor) may spend, and until when.
+
+    The driver reserved ``per_item_usd`` per unit (``RunCaps.remote_allowance``); on the worker each
+    unit runs behind its own gate (``gate``) with that much to spend, the run's prices and its deadline,
+    and a refusal there names the driver's budget that bounded the share.
+    """
+
+    per_item_usd: float | None  # None: no dollar cap, only a deadline
+    budget: str  # the cap the share came from
+    reflection: bool
+    deadline_epoch: float | None
+    prices: dict[str, Price]
+    share_bound: bool  # the share, not what is left of the cap, bounds a unit: a larger one may be granted
+
+    def gate(self) -> RunCaps:
+        seconds = None if self.deadline_epoch is None else self.deadline_epoch - time.time()
+        if seconds is not None and seconds <= 0:
+            raise CapReached("max_wall_s", "the run's deadline has passed")
+        dollars = self.per_item_usd
+        caps = RunCaps(None if self.reflection else dollars, dollars if self.reflection else None,
+                       seconds, self.prices)
+        caps.start()
+        return caps
+
+    def named(self, reached: CapReached, gate: RunCaps | None) -> CapReached:
+        """A unit's refusal under the name of the run's budget it was a share of; ``ShareSpent`` when the
+        unit outgrew a share that the run's cap could still enlarge."""
+        if reached.budget == "max_wall_s" or gate is None:
+            return reached
+        if self.share_bound:
+            return ShareSpent(self.budget, f"a unit outgrew its share of {self.budget}",
+                              gate.worst_reserved + gate.refused_worst)
+        return CapReached(self.budget, f"{self.budget}: {reached}")
 
 
 def _median(values: list[float]) -> float:

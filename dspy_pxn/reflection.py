@@ -67,6 +67,8 @@ class ReflectionCall:
     holds the optimizer's state, and travels with the job.
     """
 
+    reflects = True  # a pool that sends it elsewhere charges its LM calls to the reflection budget
+
     def __init__(self, adapter: DspyAdapter):
         self.adapter = adapter
 

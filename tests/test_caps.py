@@ -218,3 +218,32 @@ def test_auto_makes_the_proposals_it_states_for_every_minibatch_size(schedule, l
     assert result.budget == 6 + proposals * (2 * minibatch + 6)
     assert result.total_metric_calls <= result.budget and result.stopped_by == "auto"
     assert any(f"auto={level!r}: {proposals} proposals" in r.getMessage() for r in caplog.records)
+
+
+def test_mlflow_shows_the_dollars_and_time_left_and_which_budget_ended_the_run(server, tmp_path):
+    mlflow = pytest.importorskip("mlflow")
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    result, stats = compile_priced(server, max_cost_usd=0.03, max_wall_s=600, tracking_uri=uri, experiment="caps")
+    client = mlflow.MlflowClient(uri)
+    run = client.get_run(result.mlflow_run_id)
+    assert run.data.tags["dspy_pxn.stopped_by"] == "max_cost_usd"
+    left = client.get_metric_history(run.info.run_id, "budget/cost_usd_left")
+    assert left and left[-1].value == pytest.approx(0.03 - billed(stats), abs=1e-9)
+    assert all(a.value >= b.value for a, b in zip(left, left[1:]))  # dollars left only go down
+    seconds = client.get_metric_history(run.info.run_id, "budget/wall_s_left")
+    assert seconds and 0 < seconds[-1].value < 600
+
+
+def test_the_progress_line_shows_dollars_and_time_left():
+    from dspy_pxn.cli.output import progress_line
+    from dspy_pxn.records import StepRecord
+
+    fields = {name: 0 for name in StepRecord.__dataclass_fields__}
+    record = StepRecord(**{**fields, "kind": "reflective", "new_candidates": [], "budget": 100, "best_val": 0.5,
+                           "mean_val": 0.5, "schedule": "async", "cost_usd_total": 1.25, "cost_usd_left": 3.75,
+                           "wall_s_left": 90.0})
+    line = progress_line(record)
+    assert "$1.2500 spent, $3.7500 left" in line and "90.0 s left" in line
+    assert "left" not in progress_line(StepRecord(**{**fields, "kind": "reflective", "new_candidates": [],
+                                                     "budget": 100, "best_val": 0.5, "mean_val": 0.5,
+                                                     "cost_usd_left": None, "wall_s_left": None}))

@@ -304,3 +304,27 @@ def test_gsm8k_splits_are_fixed_by_seed_and_disjoint(data_dir):
     assert [e.question for e in a.train + a.val + a.test] == [e.question for e in b.train + b.val + b.test]
     assert not {e.question for e in a.train} & {e.question for e in a.val}
     assert load_gsm8k(data_dir, n_train=10, n_val=5, n_test=5, seed=1).val != a.val
+
+
+def test_optimize_takes_a_deadline_and_a_dollar_cap(tmp_path, capsys):
+    """The sim server runs on localhost, so its models cost nothing: the deadline ends the run, and the
+    progress line shows both budgets."""
+    assert cli(["optimize", "sim", "--p", "2", "--n", "1", "--task-latency", "0.1", "--train-size", "30",
+                "--val-size", "6", "--test-size", "2", "--budget", "5000", "--workers", "8", "--no-mlflow",
+                "--log-dir", str(tmp_path / "run"), "--max-wall-s", "4", "--max-cost-usd", "1"]) == 0
+    out = capsys.readouterr().out
+    steps = [line for line in out.splitlines() if line.startswith("step ")]
+    assert steps and all("$0.0000 spent, $1.0000 left" in line and " s left" in line for line in steps)
+    assert "ended by max_wall_s" in out
+
+
+def test_plan_prices_a_dollar_budget_in_metric_calls(capsys):
+    assert cli(["plan", "--workers", "16", "--val-size", "30", "--max-cost-usd", "5", "--cost-per-call-usd",
+                "0.002", "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "$5 buys 2500 metric calls at $0.002 per call" in out and "B=2500" in out
+    assert cli(["plan", "--workers", "16", "--val-size", "30", "--max-cost-usd", "5", "--cost-per-call-usd",
+                "0.002", "--budget", "1000"]) == 0
+    assert "--budget 1000 binds first" in capsys.readouterr().out
+    assert cli(["plan", "--workers", "16", "--val-size", "30", "--max-cost-usd", "5"]) == 2
+    assert "--cost-per-call-usd" in capsys.readouterr().err

@@ -64,7 +64,16 @@ def _run_options(parser: argparse.ArgumentParser, demo: bool = False) -> None:
     parser.add_argument("--register-model", metavar="NAME",
                         help="register the optimized program in the MLflow Model Registry as NAME (a sweep: its best run's)")
     parser.add_argument("--log-dir", help="run directory: step log, program.json (default: runs/TASK-PxN-TIME)")
-    parser.set_defaults(task_max_tokens=d.get("task_max_tokens"), reflection_max_tokens=d.get("reflection_max_tokens"))
+    parser.add_argument("--max-cost-usd", type=float,
+                        help="dollars the search may spend on LM calls (each run of a sweep its own); the best program "
+                             "found when they run out. Needs litellm prices (localhost models cost 0) and --max-tokens")
+    parser.add_argument("--max-wall-s", type=float,
+                        help="a deadline in seconds for the search (each run of a sweep its own): the best program "
+                             "found by then")
+    parser.add_argument("--max-tokens", dest="task_max_tokens", type=int, default=d.get("task_max_tokens"),
+                        help="the task LM's max_tokens (bounds a call's cost for --max-cost-usd)")
+    parser.add_argument("--reflection-max-tokens", type=int, default=d.get("reflection_max_tokens"),
+                        help="the reflection LM's max_tokens")
 
 
 def add_run_commands(commands: Any) -> None:
@@ -98,7 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     plan = commands.add_parser("plan", help="rank P×N settings by predicted wall-clock (the runtime model)")
     plan.add_argument("--workers", type=int, required=True, help="W: concurrent rollouts (num_threads)")
-    plan.add_argument("--budget", type=int, required=True, help="B: max_metric_calls")
+    plan.add_argument("--budget", type=int, help="B: max_metric_calls (or --max-cost-usd)")
+    plan.add_argument("--max-cost-usd", type=float,
+                      help="a budget in dollars: the metric calls it buys at --cost-per-call-usd (or the --from-run "
+                           "run's cost per metric call, reflections included); with --budget, the smaller binds")
+    plan.add_argument("--cost-per-call-usd", type=float,
+                      help="dollars per metric call, reflection included, without --from-run")
     plan.add_argument("--val-size", type=int, required=True, help="|val|: validation examples")
     plan.add_argument("--minibatch-size", type=int, default=3, help="reflection minibatch (default 3)")
     plan.add_argument("--from-run", metavar="RUN",

@@ -28,9 +28,14 @@ def budget_bar(used: int, budget: int) -> str:
 
 
 def progress_line(record: StepRecord) -> str:
-    """One line per step: where the budget is, and what the step did in a user's words."""
+    """One line per step: where the budgets are, and what the step did in a user's words."""
+    caps = ""
+    if record.cost_usd_left is not None:
+        caps += f" | ${record.cost_usd_total or 0.0:.4f} spent, ${record.cost_usd_left:.4f} left"
+    if record.wall_s_left is not None:
+        caps += f" | {duration(record.wall_s_left)} left"
     return (f"step {record.step:>3} {budget_bar(record.metric_calls_total, record.budget)} "
-            f"metric calls {record.metric_calls_total:>5}/{record.budget} | {record.summary()} | "
+            f"metric calls {record.metric_calls_total:>5}/{record.budget}{caps} | {record.summary()} | "
             f"{record.wall_s:.1f} s")
 
 
@@ -79,7 +84,7 @@ def summary(outcome: RunOutcome) -> str:
         f"test: seed {score(outcome.seed_test)} -> optimized {score(results.test_score)}",
         shape_of(results) + (f"wall-clock {duration(results.wall_s)} (search), {len(results.steps)} steps, "
                              f"{results.total_metric_calls}/{results.budget} metric calls, "
-                             f"{len(results.candidates)} candidates"),
+                             f"{len(results.candidates)} candidates, ended by {results.stopped_by}"),
         f"cost {cost}; {usage.lm_calls} LM calls, {usage.prompt_tokens} prompt + {usage.completion_tokens} completion tokens",
         *([f"note: only {usage.lm_calls} LM calls for {results.total_metric_calls} metric calls: most answers came "
            "from DSPy's cache (--cache), so the wall-clock and cost above are not a fresh run's."]

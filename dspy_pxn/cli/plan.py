@@ -78,12 +78,39 @@ def describe_fit(model: RuntimeModel, steps: list[StepRecord]) -> str:
 
 
 
+def cost_per_call(steps: list[StepRecord]) -> float | None:
+    """Dollars per metric call in a finished run, its reflections and merges included; None if unpriced."""
+    calls = sum(step.metric_calls for step in steps)
+    costs = [step.cost_usd for step in steps if step.cost_usd is not None]
+    return sum(costs) / calls if costs and calls else None
+
+
+def budget_bought(args: argparse.Namespace, steps: list[StepRecord] | None) -> tuple[int, str]:
+    """The metric-call budget to plan for, and how a dollar budget came to it."""
+    if args.max_cost_usd is None:
+        if args.budget is None:
+            raise UsageError("plan needs a budget: --budget METRIC_CALLS or --max-cost-usd DOLLARS.")
+        return args.budget, ""
+    if args.max_cost_usd <= 0:
+        raise UsageError(f"--max-cost-usd must be above 0, got {args.max_cost_usd}.")
+    per_call = args.cost_per_call_usd if args.cost_per_call_usd is not None else (
+        cost_per_call(steps) if steps else None)
+    if per_call is None or per_call <= 0:
+        raise UsageError("--max-cost-usd needs what a metric call costs: --cost-per-call-usd DOLLARS (a rollout's LM "
+                         "calls plus its share of reflection), or --from-run a finished run with priced models.")
+    bought = int(args.max_cost_usd / per_call)
+    budget = min(bought, args.budget) if args.budget is not None else bought
+    return budget, (f"${args.max_cost_usd:g} buys {bought} metric calls at ${per_call:.3g} per call (reflection "
+                    f"included)" + (f"; --budget {args.budget} binds first" if budget < bought else ""))
+
+
 def plan_command(args: argparse.Namespace) -> int:
-    shape = RunShape(workers=args.workers, budget=args.budget, val_size=args.val_size,
+    steps = steps_from_run(args.from_run, args.tracking_uri) if args.from_run else None
+    budget, bought = budget_bought(args, steps)
+    shape = RunShape(workers=args.workers, budget=budget, val_size=args.val_size,
                      minibatch_size=args.minibatch_size)
     fit_check = ""
-    if args.from_run:
-        steps = steps_from_run(args.from_run, args.tracking_uri)
+    if steps:
         model = RuntimeModel.fit(steps)
         source = f"fitted from {args.from_run}"
         fit_check = describe_fit(model, steps)
@@ -107,6 +134,8 @@ def plan_command(args: argparse.Namespace) -> int:
           f"acceptance a={model.acceptance:.3f}, step overhead {model.step_overhead_s:.3g} s")
     print(f"W={shape.workers}, B={shape.budget}, |val|={shape.val_size}, m={shape.minibatch_size}; "
           f"floor B*T_e/W = {duration(model.floor(shape))}; 1×1 reaches {reference.generations:.1f} generations")
+    if bought:
+        print(bought)
     if fit_check:
         print(fit_check)
     print("\nSettings on the front (no other is both faster and deeper) first, fastest first; generations are the\n"

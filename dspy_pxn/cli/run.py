@@ -43,7 +43,7 @@ def make_optimizer(args: argparse.Namespace, task: Task, reflection_lm: Any, p: 
         log_dir=log_dir, testset=task.test or None,
         # Small models often break DSPy's output format; the reflector must see that to fix it.
         add_format_failure_as_feedback=not args.no_format_feedback,
-        step_sinks=[printer(out)], **tracking,
+        step_sinks=[printer(out)], max_cost_usd=args.max_cost_usd, max_wall_s=args.max_wall_s, **tracking,
     )
 
 

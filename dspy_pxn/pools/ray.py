@@ -40,6 +40,8 @@ from typing import Any, TypeVar
 
 import dspy
 
+from dspy_pxn import caps
+from dspy_pxn.caps import Allowance, CapReached, RunCaps, ShareSpent
 from dspy_pxn.checks import positive_int
 from dspy_pxn.limits import LMCallCounter, LMCallCounts, LMCallLimiter, active_counters
 from dspy_pxn.memo import LruMemo
@@ -91,34 +93,45 @@ class RolloutActor:
         self._resolved: LruMemo[Any] = LruMemo(SHIPPED_KEPT)
 
     def run_batch(
-        self, groups: Sequence[tuple[list[Any], list[Any], Sequence[Any]]]
-    ) -> list[tuple[list[Any], float, dict[str, list[dict[str, Any]]], LMCallCounts, Exception | None]]:
-        """Per group (boxed function, boxed settings, items): every item's result in order, their summed
-        seconds, the LM usage and call counts the group spent (for the driver's meters; priced on the
-        driver, which owns the run's meter), and what the function raised, if it did. Groups are the
-        driver's maps this call serves."""
+        self, groups: Sequence[tuple[list[Any], list[Any], Sequence[Any], Allowance | None]]
+    ) -> list[tuple[list[Any], float, dict[str, list[dict[str, Any]]], LMCallCounts, BaseException | None, float]]:
+        """Per group (boxed function, boxed settings, items, what each item may spend): every item's result
+        in order, their summed seconds, the LM usage and call counts the group spent (for the driver's
+        meters; priced on the driver, which owns the run's meter), what the function raised, if it did,
+        and the largest worst case one item reserved (``dspy_pxn.caps``). Groups are the driver's maps
+        this call serves."""
         with self._lock:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(max_workers=self._threads, thread_name_prefix="dspy-pxn-actor")
-        runs = [self._start(self._resolve(fn[0]), self._resolve(settings[0]), items) for fn, settings, items in groups]
+        runs = [self._start(self._resolve(fn[0]), self._resolve(settings[0]), items, allowance)
+                for fn, settings, items, allowance in groups]
         outputs = []
         for futures, meter, counter in runs:
-            try:
-                outcomes = [future.result() for future in futures]
-            except Exception as error:  # noqa: BLE001 - fails its own map only, not the others this call serves
-                outputs.append(([], 0.0, dict(meter.usage_data), counter.counts(), error))
-                continue
-            outputs.append(([result for result, _ in outcomes], sum(s for _, s in outcomes), dict(meter.usage_data),
-                            counter.counts(), None))
+            outcomes, error = [], None
+            for future in futures:  # every item ends before the group reports: its usage is all there
+                try:
+                    outcomes.append(future.result())
+                except (Exception, CapReached) as failure:  # noqa: BLE001 - fails its own map only
+                    error = error or failure
+            largest = max((worst for _, _, worst in outcomes), default=0.0)
+            results = [] if error is not None else [result for result, _, _ in outcomes]
+            outputs.append((results, sum(s for _, s, _ in outcomes), dict(meter.usage_data), counter.counts(), error,
+                            largest))
         return outputs
 
-    def _start(self, fn: Callable[[Any], Any], settings: dict[str, Any], items: Sequence[Any]) -> tuple[list, Any, Any]:
+    def _start(self, fn: Callable[[Any], Any], settings: dict[str, Any], items: Sequence[Any],
+               allowance: Allowance | None) -> tuple[list, Any, Any]:
         meter, counter = UsageMeter(), LMCallCounter()  # thread-safe: one of each serves the whole group
 
-        def one(item: Any) -> tuple[Any, float]:
+        def one(item: Any) -> tuple[Any, float, float]:
             start = time.perf_counter()
-            with dspy.context(**settings, usage_tracker=meter, callbacks=[counter]):
-                return fn(item), time.perf_counter() - start
+            gate = allowance.gate() if allowance is not None else None  # its own share, first in line
+            with dspy.context(**settings, usage_tracker=meter, callbacks=[*([gate] if gate else []), counter]):
+                try:
+                    result = fn(item)
+                except CapReached as reached:
+                    raise allowance.named(reached, gate) from None
+            return result, time.perf_counter() - start, gate.worst_reserved if gate is not None else 0.0
 
         assert self._executor is not None
         return [self._executor.submit(one, item) for item in items], meter, counter
@@ -143,6 +156,8 @@ class _MapRequest:
     counters: list[LMCallCounter]
     caps: list[threading.BoundedSemaphore]
     cap_size: int | None
+    run_caps: RunCaps | None = None  # the run's dollar and time caps: each item carries its share
+    allowance: Allowance | None = None
     results: list[Any] = field(default_factory=list)
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
@@ -161,11 +176,15 @@ class _MapRequest:
             if self._missing == 0:
                 self.done.set()
 
-    def fail(self, error: BaseException) -> None:
+    def fail(self, error: BaseException, items: int) -> None:
+        """``items`` of the map failed; it raises the first error once all its items are back (so their
+        LM usage is in the run's meters before its caller goes on)."""
         with self._lock:
             if self.error is None:
                 self.error = error
-            self.done.set()
+            self._missing -= items
+            if self._missing == 0:
+                self.done.set()
 
 
 class RayWorkerPool:
@@ -238,10 +257,28 @@ class RayWorkerPool:
         """
         if not items:
             return []
+        run_caps = caps.active()
+        while True:
+            allowance = run_caps.remote_allowance(len(items), bool(getattr(fn, "reflects", False))) if (
+                run_caps is not None) else None
+            request = self._request(fn, items, run_caps, allowance)
+            self._requests.put(request)
+            request.done.wait()
+            outgrown = request.error if isinstance(request.error, ShareSpent) else None
+            if outgrown is not None and allowance is not None and run_caps.needs_more(allowance, outgrown.needed):
+                continue  # a unit outgrew its share and the cap pays for a larger one: send the map again
+            if isinstance(request.error, CapReached) and run_caps is not None:
+                run_caps.refuse(request.error.budget, str(request.error))
+            if request.error is not None:
+                raise request.error
+            return request.results
+
+    def _request(self, fn: Callable[[T], R], items: Sequence[T], run_caps: RunCaps | None,
+                 allowance: Allowance | None) -> _MapRequest:
         settings = {name: getattr(dspy.settings, name) for name in SHIPPED_SETTINGS if getattr(dspy.settings, name)}
         counters = active_counters()
         limiters = [c for c in counters if isinstance(c, LMCallLimiter)]
-        request = _MapRequest(
+        return _MapRequest(
             fn_box=[self._ship(fn, (id(fn),))],
             settings_box=[self._ship(settings, tuple(id(value) for value in settings.values()) + (0,))],
             items=list(items),
@@ -251,12 +288,9 @@ class RayWorkerPool:
             # holds across concurrent maps (the async schedule's pipelines) and the driver's reflections.
             caps=sorted((c.slots for c in limiters), key=id),
             cap_size=min((c.max_concurrent for c in limiters), default=None),
+            run_caps=run_caps,
+            allowance=allowance,
         )
-        self._requests.put(request)
-        request.done.wait()
-        if request.error is not None:
-            raise request.error
-        return request.results
 
     def _dispatch(self) -> None:
         """Turn the maps waiting now into actor calls; runs in one thread, so the W and LM-cap slots
@@ -296,15 +330,16 @@ class RayWorkerPool:
         for request, index in batch:
             groups.setdefault(id(request), (request, []))[1].append(index)
         served = list(groups.values())
-        payload = [(request.fn_box, request.settings_box, [request.items[i] for i in indices])
+        payload = [(request.fn_box, request.settings_box, [request.items[i] for i in indices], request.allowance)
                    for request, indices in served]
         try:
             ref = self._actors[next(self._next)].run_batch.remote(payload)
             self.actor_calls += 1
         except Exception as error:  # noqa: BLE001 - a submission that fails fails its maps, never the dispatcher
             self._release(batch)
-            for request, _ in served:
-                request.fail(error)
+            for request, indices in served:
+                self._lost(request)
+                request.fail(error, len(indices))
             return
         ref.future().add_done_callback(lambda future: self._finish(future, batch, served))
 
@@ -317,16 +352,20 @@ class RayWorkerPool:
         except self._ray.exceptions.RayActorError as error:
             lost = WorkerLostError(f"a rollout's Ray worker died and its retries ran out: {error}")
             lost.__cause__ = error
-            for request, _ in served:
-                request.fail(lost)
+            for request, indices in served:
+                self._lost(request)
+                request.fail(lost, len(indices))
             return
         except BaseException as error:  # noqa: BLE001 - the map raises it in its caller's thread
-            for request, _ in served:
-                request.fail(error)
+            for request, indices in served:
+                self._lost(request)
+                request.fail(error, len(indices))
             return
-        for (request, indices), (results, seconds, usage, counts, error) in zip(served, outputs, strict=True):
+        for (request, indices), (results, seconds, usage, counts, error, largest) in zip(served, outputs, strict=True):
             with self._lock:
                 self._busy += seconds
+            if request.run_caps is not None:
+                request.run_caps.settle_remote(request.allowance, len(indices), usage, largest)
             if request.tracker is not None:
                 for lm, entries in usage.items():
                     for entry in entries:
@@ -334,9 +373,14 @@ class RayWorkerPool:
             for counter in request.counters:
                 counter.absorb(counts)
             if error is not None:
-                request.fail(error)
+                request.fail(error, len(indices))
             else:
                 request.deliver(indices, results)
+
+    @staticmethod
+    def _lost(request: _MapRequest) -> None:
+        if request.run_caps is not None:
+            request.run_caps.unit_lost(request.allowance)
 
     def _release(self, batch: list[tuple[_MapRequest, int]]) -> None:
         for request, _ in batch:

@@ -30,6 +30,7 @@ IMPORTED_TAG = "dspy_pxn.imported_from"
 PARENT_TAG = "mlflow.parentRunId"  # how MLflow nests a run under another
 MODEL_TAG = "dspy_pxn.model_uri"  # the run's optimized program, as an MLflow model URI (a sweep's: its best run's)
 BEST_RUN_TAG = "dspy_pxn.best_run_id"  # on a sweep's run: the child with the best validation score
+STOPPED_BY_TAG = "dspy_pxn.stopped_by"  # the budget that ended the search (BatchedGEPAResult.stopped_by)
 
 # The run page groups metrics by the prefix before "/": each StepRecord field goes to the section a
 # user looks in. Fields not named here identify the step or are constants (params), not step metrics.
@@ -41,6 +42,7 @@ METRIC_SECTIONS = {
              "lm_failures"),
     "time": ("wall_s", "reflection_s", "screening_s", "validation_s", "sibling_merge_s"),
     "pool": ("worker_utilisation", "rollouts", "rollout_failures"),
+    "budget": ("cost_usd_left", "wall_s_left"),  # what is left of max_cost_usd and max_wall_s (when given)
 }
 SECTION_OF = {name: section for section, names in METRIC_SECTIONS.items() for name in names}
 # The two charts a user opens the run for: the best validation score by metric calls spent (step = metric

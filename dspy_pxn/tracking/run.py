@@ -41,6 +41,7 @@ from dspy_pxn.tracking.config import default_experiment, default_tracking_uri, r
 from dspy_pxn.tracking.lineage import LineageObserver, read_proposals
 from dspy_pxn.tracking.mlflow_io import (
     CONFIG_TAG,
+    STOPPED_BY_TAG,
     SWEEP_TAG,
     BackgroundWriter,
     MlflowMirror,
@@ -333,6 +334,8 @@ class MlflowRun:
         if final is not None:
             metrics = final.metrics()
             self._submit(lambda m, run_id: m.log_metrics(run_id, metrics, step=len(steps)))
+            stopped_by = results.stopped_by
+            self._submit(lambda m, run_id: m.client.set_tag(run_id, STOPPED_BY_TAG, stopped_by))
         self._submit(lambda m, run_id: m.upload(run_id, self.log_dir))
         if source is not None:
             self._submit(lambda m, run_id: m.log_program(run_id, source, self.warn_model))
