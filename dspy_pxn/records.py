@@ -62,6 +62,8 @@ class StepRecord:
         schedule: ``"steps"`` or ``"async"``.
         cost_usd_left: Dollars left of ``max_cost_usd`` after the step (None without a dollar cap);
             ``wall_s_left``: seconds left before ``max_wall_s`` (None without a deadline).
+        time_left_s: The estimated seconds until the first budget binds, at this run's pace so far
+            (metric calls and dollars a second; the deadline's own seconds); ``time_left_budget`` names it.
     """
 
     step: int
@@ -111,6 +113,8 @@ class StepRecord:
     # What is left of the run's dollar cap and deadline (max_cost_usd, max_wall_s) after the step; None without one.
     cost_usd_left: float | None = None
     wall_s_left: float | None = None
+    time_left_s: float | None = None  # until the first budget binds, at the pace so far
+    time_left_budget: str | None = None  # which one: max_metric_calls, max_cost_usd or max_wall_s
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -211,6 +215,9 @@ class StepRecorder(StepListener):
         self.usage = usage
         self.lm_calls = lm_calls
         self.caps = caps
+        self._run_t0 = time.perf_counter()  # the pace of this compile: since its start, what it spent
+        self._run_calls0: int | None = None
+        self._run_usd0 = caps.spent_usd if caps is not None else 0.0
         self.sinks = list(sinks)
         self.steps: list[StepRecord] = []
         self._lock = threading.Lock()
@@ -323,6 +330,7 @@ class StepRecorder(StepListener):
             schedule=self.schedule,
             cost_usd_left=self.caps.usd_left() if self.caps is not None else None,
             wall_s_left=self.caps.seconds_left() if self.caps is not None else None,
+            **dict(zip(("time_left_s", "time_left_budget"), self._time_left(state), strict=True)),
         )
         self.steps.append(record)
         for sink in self.sinks:
@@ -333,11 +341,32 @@ class StepRecorder(StepListener):
         return record
 
     # -- internals ------------------------------------------------------------------
+    def _time_left(self, state: GEPAState) -> tuple[float | None, str | None]:
+        """Seconds until the first budget binds, at the pace this compile has kept, and its name."""
+        elapsed = time.perf_counter() - self._run_t0
+        if elapsed <= 0:
+            return None, None
+        estimates: dict[str, float] = {}
+        calls = state.total_num_evals - (self._run_calls0 or 0)
+        if calls > 0:
+            estimates["max_metric_calls"] = max(0, self.shape.budget - state.total_num_evals) * elapsed / calls
+        caps = self.caps
+        if caps is not None and (left := caps.usd_left()) is not None and caps.spent_usd > self._run_usd0:
+            estimates["max_cost_usd"] = left * elapsed / (caps.spent_usd - self._run_usd0)
+        if caps is not None and (seconds := caps.seconds_left()) is not None:
+            estimates["max_wall_s"] = seconds
+        if not estimates:
+            return None, None
+        first = min(estimates, key=estimates.__getitem__)
+        return estimates[first], first
+
     def _reset(self, state: GEPAState | None) -> None:
         self._t0 = time.perf_counter()
         self._started_at = time.time()
         self._busy0 = self.pool.busy_seconds()
         self._calls0 = state.total_num_evals if state is not None else 0
+        if state is not None and self._run_calls0 is None:
+            self._run_calls0 = state.total_num_evals  # the seed's validation (or a resumed run's calls) before
         self._kind = "reflective"
         self._phase_s: dict[str, float] = {}
         self._width = 0

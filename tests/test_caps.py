@@ -161,17 +161,18 @@ def test_a_deadline_is_met_within_one_calls_latency(priced, schedule):
     assert len(result.candidates) >= 1 and result.total_metric_calls < 5000
 
 
-def test_a_resumed_run_keeps_the_dollars_it_had_spent(server, tmp_path):
+@pytest.mark.parametrize("schedule", ["async", "steps"])
+def test_a_resumed_run_keeps_the_dollars_it_had_spent(server, tmp_path, schedule):
     log_dir = str(tmp_path / "run")
-    first, first_stats = compile_priced(server, log_dir=log_dir, max_cost_usd=0.015)
+    first, first_stats = compile_priced(server, schedule=schedule, log_dir=log_dir, max_cost_usd=0.015)
     first_spent = billed(first_stats)
     assert first.stopped_by == "max_cost_usd"
     assert saved_dollars(GEPAState.load(log_dir))[0] == pytest.approx(first_spent, rel=1e-9)
     # The same cap again: nothing is left to spend beyond a call or two's worth, so the run ends at once.
-    again, again_stats = compile_priced(server, log_dir=log_dir, max_cost_usd=0.015)
+    again, again_stats = compile_priced(server, schedule=schedule, log_dir=log_dir, max_cost_usd=0.015)
     assert first_spent + billed(again_stats) <= 0.015
     # A larger cap continues from what was spent, and the two runs together stay within it.
-    more, more_stats = compile_priced(server, log_dir=log_dir, max_cost_usd=0.03)
+    more, more_stats = compile_priced(server, schedule=schedule, log_dir=log_dir, max_cost_usd=0.03)
     total = first_spent + billed(again_stats) + billed(more_stats)
     assert total <= 0.03 and billed(more_stats) > 0
     assert saved_dollars(GEPAState.load(log_dir))[0] == pytest.approx(total, rel=1e-9)
@@ -232,6 +233,10 @@ def test_mlflow_shows_the_dollars_and_time_left_and_which_budget_ended_the_run(s
     assert all(a.value >= b.value for a, b in zip(left, left[1:]))  # dollars left only go down
     seconds = client.get_metric_history(run.info.run_id, "budget/wall_s_left")
     assert seconds and 0 < seconds[-1].value < 600
+    # The time left is the first budget's: the dollars run out long before 600 s or 3000 metric calls.
+    eta = client.get_metric_history(run.info.run_id, "budget/time_left_s")
+    assert eta and all(e.value < s.value for e, s in zip(eta, seconds))
+    assert {r.time_left_budget for r in result.steps} <= {"max_cost_usd", "max_metric_calls"}
 
 
 def test_the_progress_line_shows_dollars_and_time_left():
@@ -241,9 +246,30 @@ def test_the_progress_line_shows_dollars_and_time_left():
     fields = {name: 0 for name in StepRecord.__dataclass_fields__}
     record = StepRecord(**{**fields, "kind": "reflective", "new_candidates": [], "budget": 100, "best_val": 0.5,
                            "mean_val": 0.5, "schedule": "async", "cost_usd_total": 1.25, "cost_usd_left": 3.75,
-                           "wall_s_left": 90.0})
+                           "wall_s_left": 90.0, "time_left_s": 42.0, "time_left_budget": "max_cost_usd"})
     line = progress_line(record)
-    assert "$1.2500 spent, $3.7500 left" in line and "90.0 s left" in line
+    assert "$1.2500 spent, $3.7500 left" in line and "90.0 s to the deadline" in line
+    assert "~42.0 s left (max_cost_usd)" in line
     assert "left" not in progress_line(StepRecord(**{**fields, "kind": "reflective", "new_candidates": [],
                                                      "budget": 100, "best_val": 0.5, "mean_val": 0.5,
-                                                     "cost_usd_left": None, "wall_s_left": None}))
+                                                     "cost_usd_left": None, "wall_s_left": None,
+                                                     "time_left_s": None, "time_left_budget": None}))
+
+
+@pytest.mark.parametrize("schedule", ["async", "steps"])
+def test_a_resumed_auto_run_makes_no_more_than_its_stated_proposals(schedule, tmp_path):
+    train, val, _ = sim.make_splits(seed=0, train=40, val=6, test=1)
+    lm, log_dir = sim.SimulatedLM(), str(tmp_path / "run")
+
+    def compile_once():
+        with dspy.context(lm=lm):
+            return BatchedGEPA(metric=sim.metric, auto="light", p=2, schedule=schedule, log_dir=log_dir,
+                               reflection_lm=sim.SimulatedLM(temperature=1.0)).compile(
+                sim.seed_program(), trainset=train, valset=val).detailed_results
+
+    first = compile_once()
+    calls = lm.stats()["calls"]["total"]
+    again = compile_once()
+    assert lm.stats()["calls"]["total"] == calls  # its 6 proposals were made: nothing is left to do
+    assert sum(step.width for step in again.steps) == sum(step.width for step in first.steps) == 6
+    assert again.stopped_by == "auto"

@@ -314,7 +314,8 @@ def test_optimize_takes_a_deadline_and_a_dollar_cap(tmp_path, capsys):
                 "--log-dir", str(tmp_path / "run"), "--max-wall-s", "4", "--max-cost-usd", "1"]) == 0
     out = capsys.readouterr().out
     steps = [line for line in out.splitlines() if line.startswith("step ")]
-    assert steps and all("$0.0000 spent, $1.0000 left" in line and " s left" in line for line in steps)
+    assert steps and all("$0.0000 spent, $1.0000 left" in line and " s to the deadline" in line for line in steps)
+    assert "left (max_wall_s)" in steps[-1]  # the deadline binds first: the models are free, the budget large
     assert "ended by max_wall_s" in out
 
 

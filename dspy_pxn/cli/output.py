@@ -33,7 +33,9 @@ def progress_line(record: StepRecord) -> str:
     if record.cost_usd_left is not None:
         caps += f" | ${record.cost_usd_total or 0.0:.4f} spent, ${record.cost_usd_left:.4f} left"
     if record.wall_s_left is not None:
-        caps += f" | {duration(record.wall_s_left)} left"
+        caps += f" | {duration(record.wall_s_left)} to the deadline"
+    if record.time_left_s is not None:
+        caps += f" | ~{duration(record.time_left_s)} left ({record.time_left_budget})"
     return (f"step {record.step:>3} {budget_bar(record.metric_calls_total, record.budget)} "
             f"metric calls {record.metric_calls_total:>5}/{record.budget}{caps} | {record.summary()} | "
             f"{record.wall_s:.1f} s")

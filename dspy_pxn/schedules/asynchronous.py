@@ -22,6 +22,10 @@ The budget is exact: a pipeline reserves its screening with the run's ``BudgetGu
 when it starts, and a validation reserves the validations its selection may ask for;
 the guard keeps |val| free beside every reservation, so whatever improves can be paid for.
 
+Dollars and a deadline (``dspy_pxn.caps``): no pipeline or validation starts that the run's caps
+cannot pay for or finish at the costs and latencies measured so far; a call the caps refuse
+(``CapReached``) stops all launching, the work in flight drains, and the state is the result.
+
 One StepRecord is written per *window*: the work that finished between the end of one
 validation and the end of the next. A window begins with its first event, so none is
 empty, and the iteration it is to gepa is counted then. Async runs are not

@@ -48,7 +48,7 @@ class GepaParts:
         sampler = SequentialMinibatchSampler(optimizer.reflection_minibatch_size, rng)
         # Their state is saved with gepa's, through the adapter's state hook (dspy_pxn.resume).
         live.adapter.checkpoint = RunCheckpoint(run.description.resume_settings(), sampler, rng,
-                                                dollars_spent=lambda: dollars_spent(run, live))
+                                                dollars_spent=lambda: dollars_spent(run, live), guard=run.guard)
         selector = optimizer.candidate_selection_strategy
         return cls(
             candidate_selector=CANDIDATE_SELECTORS[selector](rng) if isinstance(selector, str) else selector,

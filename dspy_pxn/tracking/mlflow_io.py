@@ -42,7 +42,8 @@ METRIC_SECTIONS = {
              "lm_failures"),
     "time": ("wall_s", "reflection_s", "screening_s", "validation_s", "sibling_merge_s"),
     "pool": ("worker_utilisation", "rollouts", "rollout_failures"),
-    "budget": ("cost_usd_left", "wall_s_left"),  # what is left of max_cost_usd and max_wall_s (when given)
+    # What is left of max_cost_usd and max_wall_s (when given), and the time until the first budget binds.
+    "budget": ("cost_usd_left", "wall_s_left", "time_left_s"),
 }
 SECTION_OF = {name: section for section, names in METRIC_SECTIONS.items() for name in names}
 # The two charts a user opens the run for: the best validation score by metric calls spent (step = metric
