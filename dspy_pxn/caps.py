@@ -172,6 +172,7 @@ class RunCaps(BaseCallback, StepListener):
             max_cost_usd, max_reflection_cost_usd, max_wall_s)
         self.prices = dict(prices)
         self._lock = threading.Lock()
+        self._settled = threading.Condition(self._lock)  # a call in flight settled: a waiting call may fit
         self.spent_usd, self.reflection_spent_usd = spent_usd, reflection_spent_usd  # a resumed run's, first
         self._reserved = self._reflection_reserved = 0.0
         self._open: dict[str, _Call] = {}
@@ -229,9 +230,10 @@ class RunCaps(BaseCallback, StepListener):
 
     def refuse(self, budget: str, why: str) -> None:
         """Stop the run now: every later call is refused, naming ``budget``."""
-        with self._lock:
+        with self._settled:
             first = not self._refusing
             self.stopped_by, self._refusing = self.stopped_by or budget, True
+            self._settled.notify_all()
         if first:
             logger.info("%s: %s; the search stops and returns the best program found.", budget, why)
 
@@ -250,12 +252,18 @@ class RunCaps(BaseCallback, StepListener):
         reflection = bool(dspy.settings.get(REFLECTING, False))
         if self._refusing:
             raise CapReached(self.stopped_by or "max_cost_usd", f"the run was stopped by {self.stopped_by}")
-        if self.deadline is not None and time.monotonic() >= self.deadline:
+        if self._past_deadline():
             self.refuse("max_wall_s", f"the deadline of {self.max_wall_s:g} s has passed")
             raise CapReached("max_wall_s", f"max_wall_s={self.max_wall_s:g} s has passed")
         worst = self._worst_case(instance, inputs) if self.counts_dollars else 0.0
-        with self._lock:
-            over = self._over(worst, reflection)
+        with self._settled:
+            # A call that would fit once the calls in flight settle (they usually cost far less than their
+            # worst case) waits for them; one that would not fit even then is refused.
+            while (over := self._over(worst, reflection)) is not None and self._fits_when_settled(worst, reflection):
+                if self._refusing or self._past_deadline():
+                    over = self.stopped_by if self._refusing else "max_wall_s"
+                    break
+                self._settled.wait(timeout=self._wait_s())
             if over is None:
                 self.worst_reserved += worst
                 self._reserved += worst
@@ -269,7 +277,7 @@ class RunCaps(BaseCallback, StepListener):
         call_in_progress.call = call
 
     def on_lm_end(self, call_id: str, outputs: Any, exception: BaseException | None = None) -> None:
-        with self._lock:
+        with self._settled:
             call = self._open.pop(call_id, None)
             if call is None:
                 return
@@ -281,8 +289,25 @@ class RunCaps(BaseCallback, StepListener):
                 self.reflection_spent_usd += cost
             else:
                 self._task_usd += cost
+            self._settled.notify_all()
         if getattr(call_in_progress, "call", None) is call:
             call_in_progress.call = None
+
+    def _fits_when_settled(self, worst: float, reflection: bool) -> bool:
+        """Whether a call of this worst case fits beside what is spent once nothing is reserved (lock held)."""
+        if not self._reserved:
+            return False
+        if self.max_cost_usd is not None and self.spent_usd + worst > self.max_cost_usd:
+            return False
+        return not (reflection and self.max_reflection_cost_usd is not None
+                    and self.reflection_spent_usd + worst > self.max_reflection_cost_usd)
+
+    def _wait_s(self) -> float:
+        """How long a call waits for others to settle before it looks again (the deadline, at most)."""
+        return max(0.001, min(1.0, self.seconds_left() if self.deadline is not None else 1.0))
+
+    def _past_deadline(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
 
     def _over(self, worst: float, reflection: bool) -> str | None:
         """The budget a call of this worst case would overrun, if any (caller holds the lock)."""
