@@ -7,8 +7,9 @@ first in the context (before a concurrency cap or a user's callback has seen the
 
 - before the call it reserves the call's worst case: its prompt's tokens as litellm counts them
   plus its ``max_tokens`` of output, at the model's price. If that does not fit beside what is
-  spent and reserved, or the deadline has passed, it refuses the call by raising ``CapReached``,
-  and every later call of the run is refused too;
+  spent and reserved, it waits for the calls in flight to settle (they usually cost far less than
+  their worst case); if it cannot fit even then, or the deadline has passed, it refuses the call by
+  raising ``CapReached``, and every later call of the run is refused too;
 - DSPy hands the call's billed usage to the run's usage meter while the call is in progress, and
   the meter tells the call's reservation (``usage.call_in_progress``); when the call ends its reservation is settled at
   that cost (0 for a cache hit, which DSPy does not bill; the worst case if the provider
@@ -20,8 +21,12 @@ logged, all on ``Exception``; a refused call must instead end the search, which 
 do by returning the best program found (``stopped_by`` says which budget ended the run).
 
 The gate refuses late; the schedules avoid starting work the caps cannot pay for or finish in
-time, from what the run has measured so far (``affords``, ``in_time``): dollars per rollout and
+time, from what the run has measured so far (``blocks``): dollars per rollout and
 per reflection, seconds per rollout wave and per reflection, fitted live.
+
+Work sent to another process (a Ray actor) cannot reach this gate: each unit carries a share
+(``Allowance``) reserved here, runs behind a gate of its own there, and is settled here at the
+usage it brings back (``remote_allowance``, ``settle_remote``).
 """
 
 from __future__ import annotations
@@ -385,7 +390,7 @@ class RunCaps(BaseCallback, StepListener):
 
     def blocks(self, rollouts: int, reflections: int, rollout_waves: int, reflections_in_series: int) -> str | None:
         """The budget that does not allow this much more work (None: all do), and says so once: its
-        dollars (``affords``) or its time (``in_time``)."""
+        dollars (``_short_of``) or its time (``in_time``)."""
         if (short := self._short_of(rollouts, reflections)) is not None:
             self.end(short, "the dollars left do not pay for the next piece of work at the cost measured so far")
             return self.stopped_by
@@ -395,14 +400,11 @@ class RunCaps(BaseCallback, StepListener):
             return self.stopped_by
         return None
 
-    def affords(self, rollouts: int, reflections: int) -> bool:
-        """Whether the dollars left beside what is reserved pay for this much more work at the mean cost
-        per rollout and per reflection so far (nothing measured yet: yes). Planning at the mean, not the
-        worst case, spends the budget; the gate still holds every call to its worst case, so the run
-        never spends more, and at worst the last pieces of work are cut short."""
-        return self._short_of(rollouts, reflections) is None
-
     def _short_of(self, rollouts: int, reflections: int) -> str | None:
+        """The budget whose dollars left beside what is reserved do not pay for this much more work at the
+        mean cost per rollout and per reflection so far (nothing measured yet: none). Planning at the mean,
+        not the worst case, spends the budget; the gate still holds every call to its worst case, so the
+        run never spends more, and at worst the last pieces of work are cut short."""
         with self._lock:
             per_rollout = self._task_usd / self._rollouts if self._rollouts else 0.0
             per_reflection = self.reflection_spent_usd / self._reflections if self._reflections else 0.0

@@ -230,7 +230,6 @@ class Run:
             quietly("finish", lambda: live.tracked_run.finish(program, details))
         return program
 
-
     def stopped_by(self, gepa_result: GEPAResult) -> str:
         """Which budget ended the search, said in the log."""
         ended = self.caps.stopped_by if self.caps is not None else None
