@@ -183,6 +183,7 @@ class RunCaps(BaseCallback, StepListener):
         self._open: dict[str, _Call] = {}
         self.deadline: float | None = None
         self.started = time.monotonic()
+        self.workers = 1  # the pool's W, for the rounds a batch of rollouts takes
         self.stopped_by: str | None = None  # the budget that ended the run
         self._refusing = False  # every call is refused from now on
         self.lifted = False
@@ -217,8 +218,9 @@ class RunCaps(BaseCallback, StepListener):
         return self.max_cost_usd is not None or self.max_reflection_cost_usd is not None
 
     # -- the run's bounds ------------------------------------------------------------
-    def start(self) -> None:
-        """The search begins: the deadline counts from now."""
+    def start(self, workers: int = 1) -> None:
+        """The search begins on a pool of ``workers``: the deadline counts from now."""
+        self.workers = workers
         self.started = time.monotonic()
         self.deadline = self.started + self.max_wall_s if self.max_wall_s is not None else None
 
@@ -380,7 +382,7 @@ class RunCaps(BaseCallback, StepListener):
             self._rollouts += rollouts
             self._batches += 1
             if rollouts and self._batches > 1:  # the first batch pays the run's one-off costs (imports, connections)
-                self._wave_s.append(seconds)
+                self._wave_s.append(seconds / -(-rollouts // self.workers))  # a batch wider than the pool: waves
 
     @override
     def reflected(self, seconds: float, jobs: int, failed: int) -> None:

@@ -149,7 +149,7 @@ class Run:
             with usage.active(), caps_installed(self.caps), limits.installed(optimizer.lm_limiter), \
                     limits.counting(lm_calls, run_lms):
                 if self.caps is not None:
-                    self.caps.start()
+                    self.caps.start(pool.num_workers)
                 yield Live(pool, usage, lm_calls, tracked_run, recorder, events, adapter,
                            gepa_callbacks=[*(tracked_run.gepa_callbacks if tracked_run else []), *optimizer.callbacks],
                            started=time.perf_counter())
