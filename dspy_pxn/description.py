@@ -11,7 +11,7 @@ import hashlib
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -85,6 +85,8 @@ class RunDescription:
     # One valset example, for a tracker that logs the program as a model (its input example and signature).
     input_example: dict[str, Any] | None = None
     output_example: dict[str, Any] | None = None
+    # The budgets in dollars and seconds, when given (dspy_pxn.caps); like the budget, a resume may change them.
+    caps: dict[str, float] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -102,7 +104,7 @@ class RunDescription:
             "reflection_lm": lm_name(self.reflection_lm) if self.reflection_lm is not None else "custom proposer",
             "program": self.program, "predictors": self.predictors, "code_components": self.code_components,
             "dataset": self.dataset, "trainset_size": self.trainset_size, "valset_size": self.valset_size,
-            "testset_size": self.testset_size,
+            "testset_size": self.testset_size, **self.caps,
         }
         return {key: str(value) for key, value in values.items()}
 

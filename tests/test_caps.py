@@ -228,6 +228,7 @@ def test_mlflow_shows_the_dollars_and_time_left_and_which_budget_ended_the_run(s
     client = mlflow.MlflowClient(uri)
     run = client.get_run(result.mlflow_run_id)
     assert run.data.tags["dspy_pxn.stopped_by"] == "max_cost_usd"
+    assert run.data.params["max_cost_usd"] == "0.03" and run.data.params["max_wall_s"] == "600.0"
     left = client.get_metric_history(run.info.run_id, "budget/cost_usd_left")
     assert left and left[-1].value == pytest.approx(0.03 - billed(stats), abs=1e-9)
     assert all(a.value >= b.value for a, b in zip(left, left[1:]))  # dollars left only go down
