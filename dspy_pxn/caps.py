@@ -47,7 +47,7 @@ from dspy.utils.callback import BaseCallback
 
 from dspy_pxn.checks import ArgumentError
 from dspy_pxn.events import Phase, StepListener, override
-from dspy_pxn.usage import call_in_progress, token_prices
+from dspy_pxn.usage import billed_tokens, call_in_progress, token_prices
 
 logger = logging.getLogger(__name__)
 
@@ -155,13 +155,6 @@ class _Call:
     def billed(self, model: str, usage: Mapping[str, Any]) -> None:
         self.gate._bill(self, model, usage)
 
-
-def _tokens(usage: Mapping[str, Any], *names: str) -> int | None:
-    for name in names:
-        value = usage.get(name)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return int(value)
-    return None
 
 
 class RunCaps(BaseCallback, StepListener):
@@ -328,12 +321,9 @@ class RunCaps(BaseCallback, StepListener):
     def _bill(self, call: _Call, model: str, usage: Mapping[str, Any]) -> None:
         if not self.counts_dollars:
             return
-        prompt = _tokens(usage, "prompt_tokens", "input_tokens")
-        completion = _tokens(usage, "completion_tokens", "output_tokens")
-        if prompt is None and completion is None:  # the provider said nothing: count the worst case
+        cost = self._cost(model, usage)
+        if cost is None:  # the provider said nothing: count the worst case
             cost = call.worst
-        else:
-            cost = self._price(model).of(prompt or 0, completion or 0)
         with self._lock:
             call.actual = (call.actual or 0.0) + cost
             undercounted = call.actual > call.worst * (1 + 1e-9) and not self._warned_undercount
@@ -342,6 +332,13 @@ class RunCaps(BaseCallback, StepListener):
             logger.warning("An LM call cost $%.6f, more than its reserved worst case $%.6f: the provider counts more "
                            "prompt tokens than litellm's tokenizer does for %s, so a dollar cap may be overrun by "
                            "that difference.", call.actual, call.worst, model)
+
+    def _cost(self, model: str, usage: Mapping[str, Any]) -> float | None:
+        """What a usage entry was billed at the model's price; None when it reports no tokens."""
+        prompt, completion = billed_tokens(usage)
+        if prompt is None and completion is None:
+            return None
+        return self._price(model).of(prompt or 0, completion or 0)
 
     def _price(self, model: str) -> Price:
         price = self.prices.get(model)
@@ -513,9 +510,7 @@ class RunCaps(BaseCallback, StepListener):
         """Units sent elsewhere came back: their reservation is released and what they were billed spent."""
         if allowance is None or allowance.per_item_usd is None:
             return
-        cost = sum(self._price(model).of(_tokens(entry, "prompt_tokens", "input_tokens") or 0,
-                                         _tokens(entry, "completion_tokens", "output_tokens") or 0)
-                   for model, entries in usage.items() for entry in entries)
+        cost = sum(self._cost(model, entry) or 0.0 for model, entries in usage.items() for entry in entries)
         reserved = allowance.per_item_usd * items
         with self._lock:
             self._reserved -= reserved

@@ -52,12 +52,17 @@ class UsageTotals:
         )
 
 
-def _tokens(usage: Mapping[str, Any], *names: str) -> int:
+def billed_tokens(usage: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """A usage entry's prompt and completion tokens (OpenAI's or lm15's names); None where it has none."""
+    return _tokens(usage, "prompt_tokens", "input_tokens"), _tokens(usage, "completion_tokens", "output_tokens")
+
+
+def _tokens(usage: Mapping[str, Any], *names: str) -> int | None:
     for name in names:
         value = usage.get(name)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return int(value)
-    return 0
+    return None
 
 
 class UsageMeter(UsageTracker):
@@ -111,8 +116,7 @@ class UsageMeter(UsageTracker):
             self._counted[lm] = end
             price = self._price(lm)
             for entry in entries[start:end]:
-                entry_prompt = _tokens(entry, "prompt_tokens", "input_tokens")
-                entry_completion = _tokens(entry, "completion_tokens", "output_tokens")
+                entry_prompt, entry_completion = (count or 0 for count in billed_tokens(entry))
                 calls += 1
                 prompt += entry_prompt
                 completion += entry_completion

@@ -44,7 +44,7 @@ from dspy_pxn.testing import responder
 from dspy_pxn.testing.landscape import DEPTH, LANDSCAPES, Landscape, resolve_landscape
 from dspy_pxn.testing.latency import DISTRIBUTIONS, LatencySampler
 from dspy_pxn.testing.responder import respond
-from dspy_pxn.testing.wire import CallStats, chat_completion_body, estimate_tokens
+from dspy_pxn.testing.wire import CallStats, chat_completion_body, cut_to_max_tokens
 
 __all__ = ["INJECTED_REPLIES", "FaultInjector", "SimServer", "main", "serve"]
 
@@ -270,9 +270,9 @@ class _Handler(BaseHTTPRequestHandler):
             content, finish_reason = content[: max(1, len(content) // 3)], "length"
         elif fault == "empty":
             content = ""
-        limit = payload.get("max_completion_tokens") or payload.get("max_tokens")
-        if isinstance(limit, int) and limit > 0 and estimate_tokens(content) > limit:  # as a provider cuts it off
-            content, finish_reason = content[: limit * 4], "length"
+        cut = cut_to_max_tokens(content, payload.get("max_completion_tokens") or payload.get("max_tokens"))
+        if cut is not None:
+            content, finish_reason = cut, "length"
         model = str(payload.get("model") or "sim")
         completion = chat_completion_body(messages, content, model)
         completion["choices"][0]["finish_reason"] = finish_reason

@@ -12,7 +12,7 @@ import dspy
 from dspy_pxn.testing.landscape import Landscape, resolve_landscape
 from dspy_pxn.testing.latency import LatencySampler
 from dspy_pxn.testing.responder import respond
-from dspy_pxn.testing.wire import CallStats, chat_completion_body, estimate_tokens
+from dspy_pxn.testing.wire import CallStats, chat_completion_body, cut_to_max_tokens, estimate_tokens
 
 # --------------------------------------------------------------------------- #
 # In-process LM
@@ -45,9 +45,7 @@ class _SimEngine:
     def _response(self, content: str, messages: list[dict[str, str]]) -> Any:
         from dspy.lm15 import Message, Response, TextPart, Usage
 
-        limit = self.owner.kwargs.get("max_tokens")
-        if isinstance(limit, int) and estimate_tokens(content) > limit:  # as a provider cuts it off
-            content = content[: limit * 4]
+        content = cut_to_max_tokens(content, self.owner.kwargs.get("max_tokens")) or content
         prompt_tokens = sum(estimate_tokens(m["content"]) for m in messages)
         completion_tokens = estimate_tokens(content)
         self.owner.call_stats.bill(prompt_tokens, completion_tokens)

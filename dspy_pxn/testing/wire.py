@@ -31,6 +31,13 @@ def estimate_tokens(text: str) -> int:
     return len(text) // 4
 
 
+def cut_to_max_tokens(content: str, limit: Any) -> str | None:
+    """The reply cut to ``limit`` tokens as a provider cuts it off (finish reason "length"); None if it fits."""
+    if isinstance(limit, int) and limit > 0 and estimate_tokens(content) > limit:
+        return content[: limit * 4]
+    return None
+
+
 def chat_completion_body(messages: Sequence[Mapping[str, Any]], content: str, model: str) -> dict[str, Any]:
     """An OpenAI chat.completion JSON object; shared by the HTTP server and SimulatedLM.forward."""
     prompt_tokens = sum(estimate_tokens(message_text(m.get("content"))) for m in messages)
