@@ -15,7 +15,9 @@ Printed per (landscape, latency): wall (mean over seeds), ×floor (B·T_e/W), ×
 max(floor, G·critical path): G is the generations behind the best candidate, the longest chain of
 parents back to the seed, and a generation's critical path is 3·T_e + T_r, plus T_r for a merge, so
 no schedule reaches that candidate sooner), G (mean), speedup vs
-dspy.GEPA 1×1's mean wall, metric calls / B (max over seeds), held-out mean ± spread
+dspy.GEPA 1×1's mean wall, planned (what ``dspy-pxn plan`` predicts for the setting, from the
+configured latencies, their spread and the planner's assumed acceptance, without a fitted run, and
+its error against the measured wall), metric calls / B (max over seeds), held-out mean ± spread
 (sample standard deviation) and the per-seed test scores. Everything is also written to
 benchmarks/results/schedules.json.
 
@@ -42,7 +44,14 @@ from gepa.strategies.proposal_sampling import PxNSampling
 
 from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
+from dspy_pxn.budget import RunShape
+from dspy_pxn.cli.plan import ASSUMED_ACCEPTANCE
+from dspy_pxn.planning import RuntimeModel
 from dspy_pxn.schedules import asynchronous
+from dspy_pxn.width import auto_width
+
+# p99/p50 of each latency model's call times (dspy_pxn.testing.latency); the planner has no straggler model.
+P99_RATIOS = {"fixed": 1.0, "lognormal": 4.0}
 
 DEFAULT_CONFIGS = (
     "dspy.GEPA 1x1,dspy.GEPA+PxNSampling 4x4,steps 4x4 all,steps 4x4 best,steps 4x4 merge,steps 4x4 merge+best,"
@@ -160,7 +169,21 @@ def critical_path_s(config: str, args) -> float:
     return 3 * task_s + reflection_s + (reflection_s if "merge" in config.split() else 0.0)
 
 
-def summarise(rows: list[dict], args) -> list[dict]:
+def planned_s(config: str, args, latency: str) -> float | None:
+    """The planner's wall for a BatchedGEPA config, as ``dspy-pxn plan`` would predict it before the run."""
+    words = config.split()
+    if words[0] not in ("steps", "async") or latency not in P99_RATIOS:
+        return None
+    task_s = args.task_latency * args.scale
+    shape = RunShape(workers=args.workers, budget=args.budget, val_size=args.val, minibatch_size=3)
+    p, n = (auto_width(shape), 1) if words[1] == "auto" else map(int, words[1].split("x"))
+    model = RuntimeModel(task_s=task_s, reflection_s=args.reflection_ratio * task_s, acceptance=ASSUMED_ACCEPTANCE,
+                         latency_p99_ratio=P99_RATIOS[latency])
+    selection = words[2]
+    return model.predict(p, n, shape, int(selection) if selection.isdigit() else selection, words[0]).wall_s
+
+
+def summarise(rows: list[dict], args, latency: str) -> list[dict]:
     floor = args.budget * args.task_latency * args.scale / args.workers
     table, baseline = [], None
     for config in args.configs.split(","):
@@ -175,7 +198,7 @@ def summarise(rows: list[dict], args) -> list[dict]:
             "generations": generations, "x_limit": statistics.mean(r["wall_s"] / lim for r, lim in zip(mine, limits)),
             "metric_calls": max(r["metric_calls"] for r in mine), "test_mean": statistics.mean(tests),
             "test_sd": statistics.stdev(tests) if len(tests) > 1 else 0.0, "tests": tests,
-            "val_mean": statistics.mean(r["best_val"] for r in mine),
+            "val_mean": statistics.mean(r["best_val"] for r in mine), "planned_s": planned_s(config, args, latency),
         })
     return table
 
@@ -212,18 +235,20 @@ def main() -> None:
             jobs = [(c, s) for s in range(args.first_seed, args.first_seed + args.seeds) for c in args.configs.split(",")]
             with ThreadPoolExecutor(max_workers=args.parallel) as executor:
                 rows = list(executor.map(lambda job: run_one(job[0], args, landscape, latency, job[1]), jobs))
-            table = summarise(rows, args)
+            table = summarise(rows, args, latency)
             report["tables"][f"{landscape}/{latency}"] = {"rows": rows, "table": table}
             print(f"\n### landscape {landscape}, latency {latency} (T_e {args.task_latency * args.scale:g} s, "
                   f"T_r {args.reflection_ratio * args.task_latency * args.scale:g} s, B {args.budget}, W {args.workers}, "
                   f"|val| {args.val}, {args.seeds} seeds)\n")
-            print("| config | wall s | x floor | x limit | G | speedup | metric calls / B | held-out mean ± sd | "
-                  "best val | per seed |")
-            print("|---|---|---|---|---|---|---|---|---|---|")
+            print("| config | wall s | x floor | x limit | G | speedup | planned s (error) | metric calls / B | "
+                  "held-out mean ± sd | best val | per seed |")
+            print("|---|---|---|---|---|---|---|---|---|---|---|")
             for r in table:
                 speedup = f"{r['speedup']:.2f}" if r["speedup"] else "—"
+                planned = (f"{r['planned_s']:.1f} ({(r['planned_s'] - r['wall_s']) / r['wall_s']:+.0%})"
+                           if r["planned_s"] else "—")
                 print(f"| {r['config']} | {r['wall_s']:.1f} | {r['x_floor']:.2f} | {r['x_limit']:.2f} | "
-                      f"{r['generations']:.1f} | {speedup} | {r['metric_calls']} / "
+                      f"{r['generations']:.1f} | {speedup} | {planned} | {r['metric_calls']} / "
                       f"{args.budget} | {r['test_mean']:.3f} ± {r['test_sd']:.3f} | {r['val_mean']:.3f} | "
                       f"{' '.join(f'{t:.2f}' for t in r['tests'])} |", flush=True)
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)

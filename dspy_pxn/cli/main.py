@@ -123,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="T_r in seconds, without --from-run")
     plan.add_argument("--acceptance", type=float, default=ASSUMED_ACCEPTANCE,
                       help="share of children that beat their parent, without --from-run")
+    plan.add_argument("--latency-p99-ratio", type=float,
+                      help="a call's p99 time over its median, without --from-run (default 1: fixed call times; "
+                           "hosted APIs are often near 4): batches wait for their slowest call")
     plan.add_argument("--shapes", help="P×N settings to rank, e.g. 1x1,2x2,8x1 (default: 16 shapes up to 32 wide, "
                                        "and on a wider pool every power-of-two width up to W/m)")
     plan.add_argument("--selection", default="all,best,merge",

@@ -105,6 +105,12 @@ def budget_bought(args: argparse.Namespace, steps: list[StepRecord] | None) -> t
 
 
 def plan_command(args: argparse.Namespace) -> int:
+    if args.latency_p99_ratio is not None and not args.latency_p99_ratio >= 1:
+        raise UsageError(f"--latency-p99-ratio must be at least 1 (a call's p99 time over its median), got "
+                         f"{args.latency_p99_ratio:g}; use 1 for fixed call times.")
+    if args.from_run and args.latency_p99_ratio is not None:
+        raise UsageError("--latency-p99-ratio describes assumed call times; a run given with --from-run was fitted "
+                         "from its measured times, which already include their spread: pass one or the other.")
     steps = steps_from_run(args.from_run, args.tracking_uri) if args.from_run else None
     budget, bought = budget_bought(args, steps)
     shape = RunShape(workers=args.workers, budget=budget, val_size=args.val_size,
@@ -116,7 +122,7 @@ def plan_command(args: argparse.Namespace) -> int:
         fit_check = describe_fit(model, steps)
     else:
         model = RuntimeModel(task_s=args.task_latency, reflection_s=args.reflection_latency,
-                             acceptance=args.acceptance)
+                             acceptance=args.acceptance, latency_p99_ratio=args.latency_p99_ratio or 1.0)
         source = "assumed (pass --from-run LOG_DIR to fit a finished run)"
     shapes = parse_shapes(args.shapes) if args.shapes else shapes_for(shape)
     settings = [(schedule.strip(), parse_selection(selection))
@@ -130,8 +136,9 @@ def plan_command(args: argparse.Namespace) -> int:
     deep_enough = [pr for pr in front if pr.generations >= target]
     pick = deep_enough[0] if deep_enough else front[-1]
 
+    spread = f", p99/p50 {model.latency_p99_ratio:g} (T_e and T_r are medians)" if model.latency_p99_ratio > 1 else ""
     print(f"model {source}: T_e={model.task_s:.3g} s, T_r={model.reflection_s:.3g} s, "
-          f"acceptance a={model.acceptance:.3f}, step overhead {model.step_overhead_s:.3g} s")
+          f"acceptance a={model.acceptance:.3f}, step overhead {model.step_overhead_s:.3g} s{spread}")
     print(f"W={shape.workers}, B={shape.budget}, |val|={shape.val_size}, m={shape.minibatch_size}; "
           f"floor B*T_e/W = {duration(model.floor(shape))}; 1×1 reaches {reference.generations:.1f} generations")
     if bought:

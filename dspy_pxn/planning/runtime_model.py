@@ -14,6 +14,10 @@ s(j) of them (all: j, best: min(j, 1), top-K: min(j, K)), validation costs s(j)�
 in ⌈s(j)·|val|/W⌉ waves: one wave when s(j)·|val| ≤ W, about s(j)·|val|/W otherwise — the
 paper's case split on kV ≤ W. The budget is drawn down by expected calls per step, with the
 guard's own arithmetic for the last steps. The Amdahl-style floor is B·T_e/W.
+
+T_e and T_r are median call times. With ``latency_p99_ratio`` above 1 call times vary
+(lognormal, ``dspy_pxn.planning.spread``): a batch then ends with its slowest call, and a
+saturated pool pays the mean call time, not the median.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field
 from dspy_pxn import selection as selections
 from dspy_pxn.budget import BudgetGuard, RunShape
 from dspy_pxn.checks import positive_int
+from dspy_pxn.planning.spread import batch_seconds, mean_factor, sigma_of, slowest_factor
 from dspy_pxn.selection import Selection
 from dspy_pxn.records import StepRecord
 
@@ -119,19 +124,26 @@ def _binomial_pmf(k: int, a: float) -> list[float]:
 class RuntimeModel:
     """Latencies and acceptance rate of one task/LM setup; predicts any P×N on any pool."""
 
-    task_s: float  # T_e: one rollout (one metric call) as the optimizer experiences it
-    reflection_s: float  # T_r: one reflection call
+    task_s: float  # T_e: one rollout (one metric call) as the optimizer experiences it; the median
+    reflection_s: float  # T_r: one reflection call; the median
     acceptance: float  # a: probability that a child beats its parent on the minibatch
     step_overhead_s: float = 0.0  # optimizer bookkeeping per step (selection, Pareto update)
+    latency_p99_ratio: float = 1.0  # a call's p99 time over its median: 1 is fixed call times
     fitted_from: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
+        sigma_of(self.latency_p99_ratio)  # a clear error for a ratio below 1
         _check_seconds("task_s", self.task_s)
         _check_seconds("reflection_s", self.reflection_s)
         _check_seconds("step_overhead_s", self.step_overhead_s)
         a = self.acceptance
         if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 <= a <= 1.0:
             raise ValueError(f"acceptance={a!r} must be a probability in [0, 1] (accepted / proposed children).")
+
+    @property
+    def sigma(self) -> float:
+        """σ of the lognormal call times (0: fixed)."""
+        return sigma_of(self.latency_p99_ratio)
 
     def trigger_probability(self, width: int) -> float:
         """q_k = 1 − (1 − a)^k: the chance that a step of width k validates anything."""
@@ -156,11 +168,17 @@ class RuntimeModel:
         T_e, T_r = self.task_s, self.reflection_s
         guard = BudgetGuard.of(shape)  # the optimizer's own arithmetic, on expected remaining calls
 
+        sigma = self.sigma
+        mean = mean_factor(sigma)
+
+        def slowest(calls: int, call_s: float) -> float:  # the last wave of a batch: its slowest call
+            return call_s * slowest_factor(min(calls, W), sigma)
+
         # Seed validation: V calls before the first step.
         remaining = float(shape.budget - V)
         step_latency = 0.0
-        validation_latency = T_e
-        pool_wait = (math.ceil(V / W) - 1) * T_e
+        validation_latency = slowest(V, T_e)
+        pool_wait = (math.ceil(V / W) - 1) * T_e * mean
         iterations, triggers = 0, 0.0
         while guard.can_step(remaining):  # ExactBudgetStopper
             width = min(p * n, guard.widest_step(remaining))
@@ -169,17 +187,20 @@ class RuntimeModel:
             screen_waves = math.ceil(width * m / W)
             reflect_waves = math.ceil(width / W)
             room = guard.validations_affordable(remaining - 2 * width * m)  # BudgetCappedSelection's cap
-            calls, waves, trigger, merging = 2 * width * m, 0.0, 0.0, 0.0
+            calls, extra_waves, trigger, merging, last_wave_s = 2 * width * m, 0.0, 0.0, 0.0, 0.0
             for improvers, probability in enumerate(_binomial_pmf(width, self.acceptance)):
                 validated = min(selections.kept(selection, improvers), room)
                 calls += probability * validated * V
-                waves += probability * math.ceil(validated * V / W)
+                if validated:
+                    extra_waves += probability * (math.ceil(validated * V / W) - 1)
+                    last_wave_s += probability * slowest(validated * V, T_e)
                 trigger += probability * (validated > 0)
                 merging += probability * (merges and improvers >= 2)  # one more reflection wave: the merge call
             trigger = min(trigger, 1.0)  # the pmf's float sum can exceed 1 by an ulp
-            step_latency += self.step_overhead_s + 2 * T_e + T_r + merging * T_r
-            validation_latency += trigger * T_e
-            pool_wait += (2 * (screen_waves - 1)) * T_e + (reflect_waves - 1) * T_r + (waves - trigger) * T_e
+            step_latency += (self.step_overhead_s + 2 * slowest(width * m, T_e) + slowest(width, T_r)
+                             + merging * T_r * mean)
+            validation_latency += last_wave_s
+            pool_wait += ((2 * (screen_waves - 1)) * T_e + (reflect_waves - 1) * T_r + extra_waves * T_e) * mean
             remaining -= calls
             iterations += 1
             triggers += trigger
@@ -203,13 +224,19 @@ class RuntimeModel:
         validation (T_e per wave, plus T_r when a merge combines two or more children) and, when
         improvers are rare, the wait for the next one (1/(a·R)); the improvers it validates are the
         one that opened it plus those that landed during the previous validation (a·R·t_v). Windows
-        repeat until the budget, less the launch rule's reserve of 2m + |val|, is spent.
+        repeat until the budget, less the launch rule's reserve of 2m + |val|, is spent; the start (every
+        pipeline reflecting at once) and, on a full pool, the last validation add their idle time. With a latency
+        spread a screening waits for the slowest of its m calls, a validation for the slowest of its
+        last wave, and the pool delivers W/mean call time.
         """
         W, V, m = shape.workers, shape.val_size, shape.minibatch_size
         T_e, T_r, a, K = self.task_s, self.reflection_s, self.acceptance, p * n
+        sigma = self.sigma
+        mean = mean_factor(sigma)
         spec = selections.spec(selection)
-        t_p = 2 * T_e + T_r + self.step_overhead_s
-        seed_s = math.ceil(V / W) * T_e
+        t_p = 2 * T_e * slowest_factor(m, sigma) + T_r * mean + self.step_overhead_s
+        seed_s = batch_seconds(V, W, T_e, sigma)
+        capacity = W / (T_e * mean)  # rollouts a second on a saturated pool
         spent = shape.budget - (2 * m + V) / 2  # the launch rule stops within one proposal and one validation of B
         budget = spent - V
         rate = K / t_p
@@ -218,19 +245,26 @@ class RuntimeModel:
         for _ in range(20):  # a fixed point: the rate, the window and the validated count depend on each other
             improvers = 1.0 + a * rate * t_v
             kept = max(1, selections.kept(spec, round(improvers)))
-            t_v = T_e * math.ceil(kept * V / W) + (T_r if spec in selections.MERGES and improvers >= 2 else 0.0)
+            t_v = batch_seconds(kept * V, W, T_e, sigma) + (
+                T_r * mean if spec in selections.MERGES and improvers >= 2 else 0.0)
             window = t_v + (1.0 / (a * rate) if a > 0 else math.inf)
-            pool_left = max(W / T_e - kept * V / window, W / T_e / 10)
+            pool_left = max(capacity - kept * V / window, capacity / 10)
             rate = min(K / t_p, pool_left / (2 * m))
+        pool_bound = rate < K / t_p - 1e-9
+        # The first K pipelines start together: all screen, then all reflect with nothing else for the pool
+        # to run, then all screen their children, a cycle longer than the steady state's K/rate.
+        ramp = max(0.0, 2 * batch_seconds(K * m, W, T_e, sigma) + T_r * mean + self.step_overhead_s - K / rate)
+        # On a full pool the validations' calls are paid at the pool's rate; the last one runs as the pool
+        # empties, so its own duration shows.
+        drain = max(0.0, t_v - kept * V / capacity) if pool_bound else 0.0
         if a <= 0 or math.isinf(window):
             proposals = max(0.0, budget / (2 * m))
-            generations, wall = 0.0, seed_s + proposals / rate
+            generations, wall = 0.0, seed_s + ramp + proposals / rate
         else:
             per_window = 2 * m * rate * window + kept * V
             generations = max(0.0, budget / per_window)
-            wall = seed_s + generations * window
+            wall = seed_s + ramp + generations * window + drain
         floor = self.floor(shape)
-        pool_bound = rate < K / t_p - 1e-9
         return Prediction(
             p=p, n=n, selection=name, iterations=math.ceil(generations), validation_trigger_fraction=1.0,
             metric_calls=spent, wall_s=wall, floor_s=floor, step_latency_s=wall - seed_s,
