@@ -11,10 +11,11 @@ same waits as the latency server, without HTTP between). Rows, side by side in o
     steps 4x4 all | best | merge | merge+best     BatchedGEPA, schedule="steps"
     async 4x4 all | merge              BatchedGEPA, schedule="async"
 
-Printed per (landscape, latency): wall (mean over seeds), ×floor (B·T_e/W), ×limit (wall over
-max(floor, G·critical path): G is the generations behind the best candidate, the longest chain of
-parents back to the seed, and a generation's critical path is 3·T_e + T_r, plus T_r for a merge, so
-no schedule reaches that candidate sooner), G (mean), speedup vs
+Printed per (landscape, latency): wall (mean over seeds), ×floor (B·T_e/W, T_e the median call
+time), ×limit (wall over max(floor, G·critical path): G is the generations behind the best
+candidate, the longest chain of parents back to the seed, and a generation's critical path is
+3·T_e + T_r, plus T_r for a merge, so no schedule reaches that candidate sooner; under lognormal
+call times the floor is at the mean call time and each wait of the path is its expected value), G (mean), speedup vs
 dspy.GEPA 1×1's mean wall, planned (what ``dspy-pxn plan`` predicts for the setting, from the
 configured latencies, their spread and the planner's assumed acceptance, without a fitted run, and
 its error against the measured wall), metric calls / B (max over seeds), held-out mean ± spread
@@ -47,6 +48,7 @@ from dspy_pxn import testing as sim
 from dspy_pxn.budget import RunShape
 from dspy_pxn.cli.plan import ASSUMED_ACCEPTANCE
 from dspy_pxn.planning import RuntimeModel
+from dspy_pxn.planning.spread import batch_seconds, mean_factor, sigma_of, slowest_factor
 from dspy_pxn.schedules import asynchronous
 from dspy_pxn.width import auto_width
 
@@ -161,12 +163,24 @@ def lineage_depth(parents: list[list[int | None]], index: int) -> int:
     return depth(index)
 
 
-def critical_path_s(config: str, args) -> float:
+def critical_path_s(config: str, args, latency: str = "fixed") -> float:
     """One generation's unavoidable wait: the parent on its minibatch, the reflection, the child on the
-    minibatch, its validation (3·T_e + T_r), plus a merge's reflection where the selection merges."""
+    minibatch, its validation (3·T_e + T_r), plus a merge's reflection where the selection merges. Under
+    lognormal call times each wait is its expected value: the slowest of m calls for a screening, the
+    slowest of the validation's last wave, a reflection's mean (``dspy_pxn.planning.spread``)."""
     task_s = args.task_latency * args.scale
     reflection_s = args.reflection_ratio * task_s
-    return 3 * task_s + reflection_s + (reflection_s if "merge" in config.split() else 0.0)
+    sigma = sigma_of(P99_RATIOS.get(latency, 1.0))
+    reflection = reflection_s * mean_factor(sigma)
+    screening = task_s * slowest_factor(3, sigma)
+    validation = batch_seconds(args.val, args.workers, task_s, sigma)
+    return 2 * screening + reflection + validation + (reflection if "merge" in config.split() else 0.0)
+
+
+def limit_floor_s(args, latency: str) -> float:
+    """The floor at the mean call time of the latency model: what a saturated pool pays per call."""
+    return args.budget * args.task_latency * args.scale * mean_factor(sigma_of(P99_RATIOS.get(latency, 1.0))) \
+        / args.workers
 
 
 def planned_s(config: str, args, latency: str) -> float | None:
@@ -192,7 +206,8 @@ def summarise(rows: list[dict], args, latency: str) -> list[dict]:
         baseline = baseline or (wall if config == "dspy.GEPA 1x1" else None)
         tests = [r["test"] for r in mine]
         generations = statistics.mean(r["generations"] for r in mine)
-        limits = [max(floor, r["generations"] * critical_path_s(config, args)) for r in mine]
+        limits = [max(limit_floor_s(args, latency), r["generations"] * critical_path_s(config, args, latency))
+                  for r in mine]
         table.append({
             "config": config, "wall_s": wall, "x_floor": wall / floor, "speedup": (baseline / wall) if baseline else None,
             "generations": generations, "x_limit": statistics.mean(r["wall_s"] / lim for r, lim in zip(mine, limits)),

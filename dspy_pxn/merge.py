@@ -26,6 +26,7 @@ import difflib
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import dspy
 from gepa.core.state import GEPAState
@@ -42,15 +43,18 @@ logger = logging.getLogger(__name__)
 
 MERGE_TAG = "sibling_merge"
 MAX_FEEDBACK_CHARS = 4000  # per rewrite: the merge prompt must stay a prompt, however long the feedback was
+MAX_LESSONS = 16  # distinct changes a merge prompt shows, the best supported: at most ~64k characters of feedback
 
 
 class MergeImprovements(dspy.Signature):
     """Several rewrites each improved a program on their own examples: each fixed different failures,
     guided by the feedback shown with it, by changing the instruction it was written from (the lines it
-    removed and added are shown). Write ONE instruction that starts from the current best instruction
-    and adds every improvement of every rewrite (all the rules, facts, formats and corrections they
-    added), drops nothing that made a rewrite better, and resolves contradictions in favour of the
-    rewrite whose feedback supports it. Output only the instruction."""
+    removed and added are shown; a change several rewrites made independently is shown once, with how
+    many made it, and the best-supported changes come first). Write ONE instruction that starts from the
+    current best instruction and adds every improvement of every rewrite (all the rules, facts, formats
+    and corrections they added), drops nothing that made a rewrite better, resolves contradictions in
+    favour of the change more rewrites made and whose feedback supports it, and, if it cannot hold
+    everything, keeps the best-supported changes. Output only the instruction."""
 
     current_instruction: str = dspy.InputField(desc="The current best instruction: the merge starts from it.")
     improved_instructions: str = dspy.InputField(
@@ -74,13 +78,44 @@ def changes(before: str, after: str) -> str:
     return "\n".join(line for line in lines if line.startswith(("- ", "+ ")))
 
 
+@dataclass(frozen=True)
+class Lesson:
+    """One distinct change to a component, and how many improving rewrites made it.
+
+    A wide pool brings a merge dozens of improving rewrites (59 in one window at W = 256), many
+    of them the same change: the lesson the commonest failure teaches. Shown once each, best
+    supported first, the prompt stays a prompt, and a model that cannot keep every change keeps
+    the ones most rewrites found independently (with 40% copy errors in the simulated reflector,
+    the correct copy of a rule is the one most rewrites agree on).
+    """
+
+    change: str
+    support: int
+    scores: str  # the minibatch score change of its best rewrite
+    feedback: str  # the feedback its best rewrite was written from
+
+
+def lessons(rewrites: Sequence[tuple[str, str, str]]) -> list[Lesson]:
+    """(score change, change, feedback) per rewrite, best first -> distinct changes, most supported first
+    (ties keep the rewrites' order), at most ``MAX_LESSONS``."""
+    first: dict[str, tuple[str, str]] = {}
+    support: dict[str, int] = {}
+    for scores, change, feedback in rewrites:
+        first.setdefault(change, (scores, feedback))
+        support[change] = support.get(change, 0) + 1
+    ranked = sorted(first, key=lambda change: -support[change])  # stable: ties stay best rewrite first
+    return [Lesson(change, support[change], *first[change]) for change in ranked[:MAX_LESSONS]]
+
+
 def render_rewrites(rewrites: Sequence[tuple[str, str, str]]) -> str:
-    """(score change, changes, feedback) per rewrite, as the merge prompt shows them."""
+    """(score change, changes, feedback) per rewrite, as the merge prompt shows them: one block per lesson."""
+    total = len(rewrites)
     blocks = []
-    for number, (scores, changed, feedback) in enumerate(rewrites, 1):
-        feedback = feedback[:MAX_FEEDBACK_CHARS] or "(none recorded)"
-        blocks.append(f"### Rewrite {number} (minibatch {scores})\n{CHANGES_HEADER}\n{changed}\n"
-                      f"Feedback that led to it:\n{feedback}")
+    for number, lesson in enumerate(lessons(rewrites), 1):
+        feedback = lesson.feedback[:MAX_FEEDBACK_CHARS] or "(none recorded)"
+        made_by = f"made by {lesson.support} of the {total} rewrites; " if lesson.support > 1 else ""
+        blocks.append(f"### Rewrite {number} ({made_by}minibatch {lesson.scores})\n{CHANGES_HEADER}\n"
+                      f"{lesson.change}\nFeedback that led to it:\n{feedback}")
     return "\n\n".join(blocks)
 
 
@@ -137,6 +172,12 @@ class SiblingMerge:
         merged = self.merge(improving, parents, state.program_candidates[best])
         if merged == improving[0].candidate:
             return improving[:1]  # one child rewritten from the best itself: it is the merge
+        if merged in state.program_candidates:
+            # The merge added nothing the pool lacks (a model that cannot fit more into a full instruction
+            # returns it as it was): validating it again would buy nothing, so the best child stands alone.
+            logger.info("The merge of %d improving children is already in the pool; validating the best child.",
+                        len(improving))
+            return improving[:1]
         self.events.sibling_merged(time.perf_counter() - start, len(improving))
         keep_best = self.keep_best and len(improving) >= 2  # a lone child from an older parent: its merge alone
         carrier = improving[1] if keep_best else improving[0]

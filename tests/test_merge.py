@@ -37,7 +37,9 @@ def test_a_merge_carries_the_lessons_of_every_improving_child(task_lm, splits):
     merge_prompts = [h for h in reflection_lm.history if "merged_instruction" in str(h["messages"])]
     assert len(merge_prompts) == 1
     prompt = str(merge_prompts[0]["messages"])
-    assert prompt.count("### Rewrite") == step.improved and "Rule definition:" in prompt  # the feedback they read
+    # One block per distinct change (two children that learned the same rule the same way show as one).
+    improved_text = prompt.split("improved_instructions")[-1]
+    assert 1 <= improved_text.count("### Rewrite") <= step.improved and "Rule definition:" in prompt
 
 
 def test_merge_and_best_validates_the_merge_beside_the_best_child(task_lm, splits):
@@ -100,3 +102,68 @@ def test_the_merge_prompt_shows_lessons_not_inherited_text():
     text = merged.merged_instruction
     assert "zorp(x) = 3*x + 1" in text and "3*x + 4" not in text  # two stale copies cannot outvote the fix
     assert rules_in(text) == {"zorp", "blick", "frim"}
+
+
+def _state(*candidates: str, scores: list[float]):
+    return type("State", (), {"program_candidates": [{"predict": c} for c in candidates],
+                              "program_full_scores_val_set": scores})()
+
+
+def _proposal(child: str, parent: int, after: list[int]):
+    from gepa.proposer.base import CandidateProposal
+
+    return CandidateProposal(candidate={"predict": child}, parent_program_ids=[parent],
+                             subsample_scores_before=[0, 0, 0], subsample_scores_after=after,
+                             metadata={"proposal_id": f"p{id(child)}"})
+
+
+def test_a_merge_prompt_shows_each_change_once_the_best_supported_first():
+    from dspy_pxn.merge import MAX_LESSONS, lessons, render_rewrites
+
+    rewrites = [("0/3 -> 2/3", "+ blick(x) = x*x - 2", "blick feedback"),   # the best rewrite, made once
+                ("0/3 -> 1/3", "+ zorp(x) = 3*x + 1", "zorp feedback 1"),
+                ("0/3 -> 1/3", "+ zorp(x) = 3*x + 4", "a garbled copy"),
+                ("0/3 -> 1/3", "+ zorp(x) = 3*x + 1", "zorp feedback 2"),
+                ("0/3 -> 1/3", "+ zorp(x) = 3*x + 1", "zorp feedback 3")]
+    ranked = lessons(rewrites)
+    assert [(lesson.change, lesson.support) for lesson in ranked] == [
+        ("+ zorp(x) = 3*x + 1", 3), ("+ blick(x) = x*x - 2", 1), ("+ zorp(x) = 3*x + 4", 1)]
+    assert ranked[0].feedback == "zorp feedback 1"  # the first (best) rewrite that made the change speaks for it
+    prompt = render_rewrites(rewrites)
+    assert prompt.count("### Rewrite") == 3 and "made by 3 of the 5 rewrites" in prompt
+    many = [("0/3 -> 1/3", f"+ rule{i}(x) = x + {i}", "") for i in range(3 * MAX_LESSONS)]
+    assert render_rewrites(many).count("### Rewrite") == MAX_LESSONS
+
+
+def test_the_merge_keeps_the_change_most_rewrites_agree_on():
+    from dspy_pxn.merge import MergeImprovements, render_rewrites
+
+    head = sim.seed_instruction()
+    rewrites = [("0/3 -> 1/3", "+ zorp(x) = 3*x + 4", ""), ("0/3 -> 1/3", "+ zorp(x) = 3*x + 1", ""),
+                ("0/3 -> 1/3", "+ zorp(x) = 3*x + 1", "")]
+    with dspy.context(lm=sim.SimulatedLM()):
+        merged = dspy.Predict(MergeImprovements)(current_instruction=head,
+                                                 improved_instructions=render_rewrites(rewrites))
+    assert "zorp(x) = 3*x + 1" in merged.merged_instruction and "3*x + 4" not in merged.merged_instruction
+
+
+def test_a_merge_that_adds_nothing_to_the_pool_gives_way_to_the_best_child():
+    """A full instruction (the simulated model holds five rules) that the merge returns as it was: the
+    merged candidate is already the pool's best, so the best child is validated instead of a duplicate."""
+    from gepa.strategies.acceptance import StrictImprovementAcceptance
+
+    from dspy_pxn.merge import SiblingMerge
+    from dspy_pxn.pools import ThreadWorkerPool
+
+    head = sim.seed_instruction()
+    rules = [f"{r.name}(x) = {r.expr}" for r in sim.RULES[:5]]
+    best = "\n".join([head, *rules])
+    children = ["\n".join([head, *rules[1:], f"{r.name}(x) = {r.expr}"]) for r in sim.RULES[5:7]]  # evict, learn
+    state = _state(head, best, scores=[0.0, 0.7])
+    proposals = [_proposal(children[0], 1, [1, 1, 0]), _proposal(children[1], 1, [1, 0, 0])]
+    with ThreadWorkerPool(2) as pool:
+        reflection_lm = sim.SimulatedLM()
+        selected = SiblingMerge(reflection_lm, pool).select(proposals, state, StrictImprovementAcceptance())
+    assert [h for h in reflection_lm.history if "merged_instruction" in str(h["messages"])]  # the merge was asked
+    assert len(selected) == 1 and selected[0].candidate == {"predict": children[0]}  # the best child, untouched
+    assert selected[0].tag != "sibling_merge" and selected[0].parent_program_ids == [1]
