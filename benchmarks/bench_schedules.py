@@ -14,7 +14,8 @@ same waits as the latency server, without HTTP between). Rows, side by side in o
 Printed per (landscape, latency): wall (mean over seeds), ×floor (B·T_e/W, T_e the median call
 time), ×limit (wall over max(floor, G·critical path): G is the generations behind the best
 candidate, the longest chain of parents back to the seed, and a generation's critical path is
-3·T_e + T_r, plus T_r for a merge, so no schedule reaches that candidate sooner; under lognormal
+2·T_e + T_r + its validation's waves (3·T_e + T_r where |val| ≤ W), plus T_r for a merge, so no
+schedule reaches that candidate sooner; under lognormal
 call times the floor is at the mean call time and each wait of the path is its expected value), G (mean), speedup vs
 dspy.GEPA 1×1's mean wall, planned (what ``dspy-pxn plan`` predicts for the setting, from the
 configured latencies, their spread and the planner's assumed acceptance, without a fitted run, and
@@ -165,7 +166,8 @@ def lineage_depth(parents: list[list[int | None]], index: int) -> int:
 
 def critical_path_s(config: str, args, latency: str = "fixed") -> float:
     """One generation's unavoidable wait: the parent on its minibatch, the reflection, the child on the
-    minibatch, its validation (3·T_e + T_r), plus a merge's reflection where the selection merges. Under
+    minibatch, its validation (2·T_e + T_r + the validation's waves on the pool, one where |val| ≤ W),
+    plus a merge's reflection where the selection merges. Under
     lognormal call times each wait is its expected value: the slowest of m calls for a screening, the
     slowest of the validation's last wave, a reflection's mean (``dspy_pxn.planning.spread``)."""
     task_s = args.task_latency * args.scale
