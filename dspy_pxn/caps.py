@@ -156,7 +156,6 @@ class _Call:
         self.gate._bill(self, model, usage)
 
 
-
 class RunCaps(BaseCallback, StepListener):
     """The run's dollar and time caps: the gate every LM call passes, and what work they still allow.
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import difflib
 import logging
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -98,11 +99,10 @@ class Lesson:
 def lessons(rewrites: Sequence[tuple[str, str, str]]) -> list[Lesson]:
     """(score change, change, feedback) per rewrite, best first -> distinct changes, most supported first
     (ties keep the rewrites' order), at most ``MAX_LESSONS``."""
+    support = Counter(change for _, change, _ in rewrites)
     first: dict[str, tuple[str, str]] = {}
-    support: dict[str, int] = {}
     for scores, change, feedback in rewrites:
         first.setdefault(change, (scores, feedback))
-        support[change] = support.get(change, 0) + 1
     ranked = sorted(first, key=lambda change: -support[change])  # stable: ties stay best rewrite first
     return [Lesson(change, support[change], *first[change]) for change in ranked[:MAX_LESSONS]]
 

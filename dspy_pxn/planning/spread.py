@@ -44,8 +44,10 @@ def slowest_factor(calls: int, sigma: float) -> float:
     E[max] = ∫₀¹ F⁻¹(v^(1/k)) dv (the max of k uniforms is distributed as v^(1/k)), by the midpoint
     rule; for the lognormal F⁻¹(u) = median · exp(σ Φ⁻¹(u)).
     """
-    if sigma == 0 or calls < 1:
-        return 1.0 if calls >= 1 else 0.0
+    if calls < 1:
+        return 0.0
+    if sigma == 0:
+        return 1.0
     normal = NormalDist()
     total = 0.0
     for i in range(_QUADRATURE_POINTS):
