@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, fields
+import threading
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from dspy_pxn.testing.latency_server import INJECTED_REPLIES
@@ -33,7 +34,10 @@ class Faults:
     - ``persistent_500``: a fraction of *distinct requests* that get 500 on every
       attempt, so a client's retries run out and the call finally fails.
 
-    ``kinds`` limits injection to task and/or reflection calls.
+    ``kinds`` limits injection to task and/or reflection calls. With ``cover_each_kind`` the first
+    requests get each fault kind with a rate above zero once (the first distinct request the
+    persistent 500), in arrival order, before the draws above: a test that asserts it met every
+    kind then does not depend on which requests a run happens to send.
     """
 
     error_500: float = 0.0
@@ -47,6 +51,9 @@ class Faults:
     hang_s: float = 30.0
     seed: int = 0
     kinds: tuple[str, ...] = ("task", "reflection")
+    cover_each_kind: bool = False
+    _covered: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)  # fault -> key
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         rates = [getattr(self, k) for k in INJECTED_REPLIES]
@@ -62,12 +69,12 @@ class Faults:
                    empty=share, **kw)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        return json.dumps({f.name: getattr(self, f.name) for f in fields(self) if f.init})
 
     @classmethod
     def from_json(cls, text: str) -> Faults:
         data = json.loads(text)
-        unknown = set(data) - {f.name for f in fields(cls)}
+        unknown = set(data) - {f.name for f in fields(cls) if f.init}
         if unknown:
             raise ValueError(f"unknown fault settings {sorted(unknown)}")
         return cls(**data)
@@ -80,6 +87,8 @@ class Faults:
         """The fault for the ``attempt``-th request with messages ``key`` (None: answer normally)."""
         if kind not in self.kinds or not self.active:
             return None
+        if self.cover_each_kind and (covered := self._cover(key)) is not None:
+            return covered
         if self.persistent_500 and _unit(f"{self.seed}|persistent|{key}") < self.persistent_500:
             return "persistent_500"
         u = _unit(f"{self.seed}|{attempt}|{key}")
@@ -90,9 +99,18 @@ class Faults:
             u -= rate
         return None
 
-
-def _unit(text: str) -> float:
-    return int.from_bytes(hashlib.sha256(text.encode("utf-8", "replace")).digest()[:8], "big") / 2.0**64
+    def _cover(self, key: str) -> str | None:
+        """The fault a new request gets while some kind has not been sent yet (None once all have)."""
+        with self._lock:
+            if self._covered.get("persistent_500") == key:
+                return "persistent_500"
+            if key in self._covered.values():  # a retry of a covered request is drawn like any other
+                return None
+            for name in INJECTED_REPLIES:
+                if getattr(self, name) > 0 and name not in self._covered:
+                    self._covered[name] = key
+                    return name
+        return None
 
 
 def _unit(text: str) -> float:

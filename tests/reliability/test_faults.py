@@ -57,6 +57,21 @@ def test_fault_draws_are_deterministic_by_seed_and_fresh_per_retry():
         Faults(error_500=0.7, empty=0.5)
 
 
+def test_covering_each_kind_sends_every_fault_first_once_per_new_request_then_draws_as_usual():
+    faults = Faults.uniform(0.06, persistent_500=0.01, seed=1, cover_each_kind=True)
+    first = [faults.draw("task", f"request {i}", 0) for i in range(len(FAULT_KINDS))]
+    assert sorted(first) == sorted(FAULT_KINDS)
+    persistent = f"request {first.index('persistent_500')}"
+    assert {faults.draw("task", persistent, a) for a in range(1, 4)} == {"persistent_500"}  # it never clears
+    # A retry of a covered request, and every later request, gets the seeded draw of a plain injector.
+    plain = Faults.uniform(0.06, persistent_500=0.01, seed=1)
+    retried = f"request {first.index('error_500')}"
+    assert faults.draw("task", retried, 1) == plain.draw("task", retried, 1)
+    assert [faults.draw("task", f"later {i}", 0) for i in range(300)] == [
+        plain.draw("task", f"later {i}", 0) for i in range(300)]
+    assert Faults.from_json(faults.to_json()) == faults
+
+
 @pytest.mark.parametrize("kind", ["error_500", "rate_limit_429", "malformed", "truncated", "empty"])
 def test_each_fault_kind_on_the_wire(kind):
     with LatencyServer(faults=Faults(**{kind: 1.0}, retry_after_s=0.25)) as server:
@@ -125,7 +140,7 @@ class SeedPhase(BaseCallback):  # BatchedGEPA also hands its callbacks to DSPy's
 def test_pxn_run_with_ten_percent_faulty_calls_completes_on_an_exact_budget(caplog):
     """Every fault kind at once (10% of requests) plus 2% of requests that fail on every attempt."""
     train, val, _ = sim.make_splits(seed=0, train=40, val=12, test=10)
-    faults = Faults.uniform(0.10, persistent_500=0.02, retry_after_s=0.05, hang_s=120, seed=2)
+    faults = Faults.uniform(0.10, persistent_500=0.02, retry_after_s=0.05, hang_s=120, seed=2, cover_each_kind=True)
     metric = CountingMetric()
     seed_phase = SeedPhase(metric)
     budget = 200
