@@ -46,15 +46,17 @@ from gepa.strategies.proposal_sampling import PxNSampling
 
 from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
+from dspy_pxn import width as widths
 from dspy_pxn.budget import RunShape
 from dspy_pxn.cli.plan import ASSUMED_ACCEPTANCE
 from dspy_pxn.planning import RuntimeModel
 from dspy_pxn.planning.spread import batch_seconds, mean_factor, sigma_of, slowest_factor
-from dspy_pxn.schedules import asynchronous
 from dspy_pxn.width import auto_width
 
 # p99/p50 of each latency model's call times (dspy_pxn.testing.latency); the planner has no straggler model.
 P99_RATIOS = {"fixed": 1.0, "lognormal": 4.0}
+
+DEFAULT_VALIDATIONS = (widths.MAX_VALIDATIONS_IN_FLIGHT, widths.SECOND_VALIDATION_MIN_IMPROVERS)
 
 DEFAULT_CONFIGS = (
     "dspy.GEPA 1x1,dspy.GEPA+PxNSampling 4x4,steps 4x4 all,steps 4x4 best,steps 4x4 merge,steps 4x4 merge+best,"
@@ -80,25 +82,29 @@ def optimizer(config: str, args, reflection_lm: dspy.BaseLM, seed: int, pool=Non
         return dspy.GEPA(**common, track_stats=True, gepa_kwargs={"sampling_strategy": PxNSampling(p, n)})
     # "async 4x4 merge" ("async auto merge": p="auto", the width following W within the budget), plus optional dials: "m6" (reflection minibatch of 6: each reflection reads
     # twice the feedback, screening costs twice the calls), "cache" (gepa's cache_evaluation: a
-    # (candidate, example) pair already scored is not scored again; step loop only), "vK" (K validations
-    # at once in the async schedule instead of width.validations_in_flight's choice) and "ray:K" (rollouts
+    # (candidate, example) pair already scored is not scored again; step loop only), "vK" (at most K
+    # validations at once in the async schedule), "bK" (a validation beyond the first waits for K improvers;
+    # the defaults: dspy_pxn.width) and "ray:K" (rollouts
     # on K local Ray actors, started before the timer: where one driver process cannot feed W).
     schedule, shape, selection, *dials = config.split()
     p, n = ("auto", 1) if shape == "auto" else map(int, shape.split("x"))
     extra: dict = {}
-    validations = None
+    validations, second_after = DEFAULT_VALIDATIONS
     for dial in dials:
         if dial.startswith("m") and dial[1:].isdigit():
             extra["reflection_minibatch_size"] = int(dial[1:])
         elif dial == "cache":
             extra["gepa_kwargs"] = {"cache_evaluation": True}
+        elif dial.startswith("b") and dial[1:].isdigit():
+            second_after = int(dial[1:])
         elif dial.startswith("v") and dial[1:].isdigit():
             validations = int(dial[1:])
         elif dial.startswith("ray:") and dial[4:].isdigit():
             extra["pool"] = pool
         else:
-            raise SystemExit(f"unknown dial {dial!r} in config {config!r}: use mK (minibatch K), vK, cache or ray:K")
-    asynchronous.VALIDATIONS_IN_FLIGHT = validations  # process-wide: compare vK configs with --parallel 1
+            raise SystemExit(f"unknown dial {dial!r} in config {config!r}: use mK (minibatch K), vK, bK, cache or ray:K")
+    # Process-wide: compare vK / bK configs with --parallel 1.
+    widths.MAX_VALIDATIONS_IN_FLIGHT, widths.SECOND_VALIDATION_MIN_IMPROVERS = validations, second_after
     return BatchedGEPA(**common, p=p, n=n, schedule=schedule, selection=int(selection) if selection.isdigit()
                        else selection, **extra)
 

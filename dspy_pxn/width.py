@@ -13,12 +13,18 @@ the async merge default kept dspy.GEPA 1×1's held-out where a run had about fiv
 (5.6). So the width is the pool's, capped where the budget would buy fewer than
 ``MIN_VALIDATION_WINDOWS`` windows.
 
-Where the pool is wider than the valset (W > |val|), one validation cannot fill it, and the
-budget-capped width leaves workers idle while the pipelines reflect: there the async schedule
-runs two validations at once (``validations_in_flight``). Measured at W = 256, |val| = 150
-(``docs/benchmarks.md``, "W = 256"): 6-13% sooner on both landscapes, held-out within the
-seeds' spread (5 seeds under fixed call times: −0.010 depth, +0.012 breadth). At W = 64,
-|val| = 150 it was 2-5% sooner and as good, but there one validation already fills the pool.
+Validations in flight (``starts_validation``): one validation at a time leaves the pool to the
+pipelines while a sibling merge's reflection runs and while the validation's last wave drains, and
+a wide pool has improvers waiting all the while. So a second validation may start beside the
+first, but only once ``SECOND_VALIDATION_MIN_IMPROVERS`` improvers wait: it costs |val| calls
+whatever it validates, and one started for the first improver or two folds little into its merge.
+Measured side by side (``docs/benchmarks.md``, "Two validations in flight"; 5 seeds, both
+landscapes, fixed and lognormal call times), against one at a time: at W = 64, |val| = 150,
+waiting for 8 was 1-10% sooner and +0.011 to +0.030 held-out in all four cells; at W = 16,
+|val| = 30, starting at once cost 0.063 held-out on the mean of the cells, waiting for 4 cost 0.029,
+waiting for 8 0.004 (within a rerun's spread) at the same wall. At W = 256, where the second one
+used to start at once (W > |val|), waiting for 8 is as fast, and over ten seeds paired with
+dspy.GEPA 1×1 the held-out gap went from −0.025 / −0.032 to −0.011 / −0.022.
 """
 
 from __future__ import annotations
@@ -29,6 +35,10 @@ AUTO = "auto"
 
 # Windows (≈ generations) the budget must buy at the chosen width; see the module docstring.
 MIN_VALIDATION_WINDOWS = 5
+
+# Validations at once, and the improvers one beyond the first waits for; see the module docstring.
+MAX_VALIDATIONS_IN_FLIGHT = 2
+SECOND_VALIDATION_MIN_IMPROVERS = 8
 
 
 def auto_width(shape: RunShape) -> int:
@@ -43,6 +53,8 @@ def auto_parents(shape: RunShape, n: int) -> int:
     return max(1, auto_width(shape) // n)
 
 
-def validations_in_flight(shape: RunShape) -> int:
-    """Validations the async schedule runs at once: two where the pool is wider than the valset, else one."""
-    return 2 if shape.workers > shape.val_size else 1
+def starts_validation(running: int, waiting: int) -> bool:
+    """Whether the async schedule validates the ``waiting`` improvers now, with ``running`` validations in flight."""
+    if waiting == 0 or running >= MAX_VALIDATIONS_IN_FLIGHT:
+        return False
+    return running == 0 or waiting >= SECOND_VALIDATION_MIN_IMPROVERS

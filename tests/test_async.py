@@ -216,25 +216,25 @@ def test_the_async_schedule_tells_every_engine_event_with_gepas_own_fields(split
     assert seed["iteration"] == 0 and seed["candidate_idx"] == 0
 
 
-@pytest.mark.parametrize(("workers", "val_size", "at_once"), [(16, 6, 2), (6, 6, 1)])
-def test_two_validations_run_at_once_only_where_the_pool_is_wider_than_the_valset(
-        monkeypatch, workers, val_size, at_once):
+def test_a_second_validation_starts_beside_the_first_only_once_enough_improvers_wait(monkeypatch):
+    from dspy_pxn import width as widths
     from dspy_pxn.schedules.asynchronous import AsyncSchedule
 
-    running, lock = {"now": 0, "peak": 0, "started": 0}, threading.Lock()
+    starts: list[tuple[int, int]] = []  # (validations already running, improvers it was given), per validation
+    running, lock = {"now": 0, "peak": 0}, threading.Lock()
     a_later_one_joined = threading.Event()
     validate, join = AsyncSchedule._select_and_validate, AsyncSchedule._validated
 
     def counted(self, batch, room):
         with lock:
+            starts.append((running["now"], len(batch)))
+            first = len(starts) == 1
             running["now"] += 1
-            running["started"] += 1
-            first = running["started"] == 1
             running["peak"] = max(running["peak"], running["now"])
         try:
             validated = validate(self, batch, room)
-            if first and at_once == 2:  # hold the first one's candidates back until a later validation's have
-                a_later_one_joined.wait(timeout=5)  # joined the state: its rollouts ended in an earlier window
+            if first:  # hold the first one's candidates back until a later validation's have joined the
+                a_later_one_joined.wait(timeout=5)  # state: its rollouts ended in an earlier window
             return validated
         finally:
             with lock:
@@ -247,12 +247,15 @@ def test_two_validations_run_at_once_only_where_the_pool_is_wider_than_the_valse
 
     monkeypatch.setattr(AsyncSchedule, "_validated", joined)
     monkeypatch.setattr(AsyncSchedule, "_select_and_validate", counted)
-    splits = sim.make_splits(seed=0, train=30, val=val_size, test=1)
+    splits = sim.make_splits(seed=0, train=30, val=6, test=1)
     lm = sim.SimulatedLM(task_latency=0.01)
-    result = run_async(splits, lm, p=4, n=2, num_threads=workers, max_metric_calls=400, selection="merge",
+    result = run_async(splits, lm, p=4, n=2, num_threads=16, max_metric_calls=400, selection="merge",
                        reflection_lm=sim.SimulatedLM(reflection_latency=0.05))
-    assert running["peak"] == at_once
+    beside_another = [size for already, size in starts if already]
+    assert running["peak"] == widths.MAX_VALIDATIONS_IN_FLIGHT == 2
+    assert beside_another, starts  # while the first was held, improvers piled up and a second one started
+    assert min(beside_another) >= widths.SECOND_VALIDATION_MIN_IMPROVERS, starts
     assert lm.stats()["calls"]["task"] == result.total_metric_calls <= 400
-    assert sum(step.metric_calls for step in result.steps) + val_size == result.total_metric_calls
+    assert sum(step.metric_calls for step in result.steps) + 6 == result.total_metric_calls
     # Each window's metric calls are the rollouts that finished in it, whichever validation ends it.
     assert [step.metric_calls for step in result.steps] == [step.rollouts for step in result.steps]

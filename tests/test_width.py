@@ -11,7 +11,14 @@ from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
 from dspy_pxn.budget import RunShape
 from dspy_pxn.cli import main as cli
-from dspy_pxn.width import MIN_VALIDATION_WINDOWS, auto_parents, auto_width
+from dspy_pxn.width import (
+    MAX_VALIDATIONS_IN_FLIGHT,
+    MIN_VALIDATION_WINDOWS,
+    SECOND_VALIDATION_MIN_IMPROVERS,
+    auto_parents,
+    auto_width,
+    starts_validation,
+)
 
 
 @pytest.mark.parametrize(("workers", "budget", "val_size", "expected"), [
@@ -29,6 +36,14 @@ def test_the_auto_width_is_the_pool_capped_by_the_budget(workers, budget, val_si
         per_window = 2 * shape.minibatch_size * width + val_size
         assert budget / per_window >= MIN_VALIDATION_WINDOWS
         assert budget / (per_window + 2 * shape.minibatch_size) < MIN_VALIDATION_WINDOWS
+
+
+def test_a_validation_starts_alone_for_one_improver_and_beside_another_only_for_enough():
+    assert not starts_validation(running=0, waiting=0)
+    assert starts_validation(running=0, waiting=1)
+    assert not starts_validation(running=1, waiting=SECOND_VALIDATION_MIN_IMPROVERS - 1)
+    assert starts_validation(running=1, waiting=SECOND_VALIDATION_MIN_IMPROVERS)
+    assert not starts_validation(running=MAX_VALIDATIONS_IN_FLIGHT, waiting=10 * SECOND_VALIDATION_MIN_IMPROVERS)
 
 
 def test_auto_parents_are_whole_parents_of_the_width():

@@ -5,8 +5,8 @@ then all reflections, then all child evaluations, then the validations, before t
 step samples anything. With real, variable LM latency the pool idles behind stragglers.
 Here P·N proposal *pipelines* are always in flight, each one parent → its minibatch
 (traced) → one reflection → the child on the same minibatch. Improving children queue
-up; whenever no validation is running (or one is, and the pool is wider than the valset:
-``width.validations_in_flight``), the queued ones go through the run's selection (all | best
+up; whenever no validation is running (or one is, and enough improvers wait:
+``width.starts_validation``), the queued ones go through the run's selection (all | best
 | top-k | sibling merge) and are validated together, and new pipelines pick parents from the
 Pareto front as it stands when they start. Reflections run in the
 pipelines' own threads, never on a rollout worker, so they cannot starve rollouts.
@@ -49,17 +49,14 @@ from gepa.strategies.acceptance import StrictImprovementAcceptance
 from gepa.strategies.proposal_sampling import ProposalTask
 
 from dspy_pxn import selection as selections
+from dspy_pxn import width as widths
 from dspy_pxn.caps import CapReached, seed_validation_paid
 from dspy_pxn.events import Phase, StepListener, override
 from dspy_pxn.run import Live, Run
 from dspy_pxn.schedules.gepa_events import GepaNotifier, pareto_front
 from dspy_pxn.schedules.parts import GepaParts
-from dspy_pxn.width import validations_in_flight
 
 logger = logging.getLogger(__name__)
-
-# Validations at once; None follows the pool (``width.validations_in_flight``). Benchmarks set it to compare.
-VALIDATIONS_IN_FLIGHT: int | None = None
 
 
 @dataclass
@@ -92,7 +89,6 @@ class AsyncSchedule(StepListener):
         self.run, self.live, self.guard = run, live, run.guard
         self.parts = GepaParts.of(run, live)
         self.width = run.p * run.n
-        self.validations = VALIDATIONS_IN_FLIGHT or validations_in_flight(run.shape)
         self.trainset, self.valset = ensure_loader(run.trainset), ensure_loader(run.valset)
         # Every read or write of the state and the reservations, and every step event, under one lock:
         # a screening's rollouts and the metric calls they cost land in the same window.
@@ -113,7 +109,8 @@ class AsyncSchedule(StepListener):
         self.state = self._initial_state()
         self.live.events.add(self, before=self.live.recorder)  # a window starts before the recorder counts in it
         pipelines = ThreadPoolExecutor(max_workers=self.width, thread_name_prefix="dspy-pxn-proposal")
-        validator = ThreadPoolExecutor(max_workers=self.validations, thread_name_prefix="dspy-pxn-validation")
+        validator = ThreadPoolExecutor(max_workers=widths.MAX_VALIDATIONS_IN_FLIGHT,
+                                       thread_name_prefix="dspy-pxn-validation")
         in_flight: dict[Future, str] = {}
         queued: list[CandidateProposal] = []
         error: BaseException | None = None
@@ -122,7 +119,7 @@ class AsyncSchedule(StepListener):
                 if error is None and not self.refused:
                     self._launch(pipelines, in_flight)
                     validating = sum(kind == "validation" for kind in in_flight.values())
-                    if queued and validating < self.validations:
+                    if widths.starts_validation(validating, len(queued)):
                         self._validate(validator, in_flight, queued)
                         queued = []
                 if not in_flight:
