@@ -24,7 +24,7 @@ waiting for 8 was 1-10% sooner and +0.011 to +0.030 held-out in all four cells; 
 |val| = 30, starting at once cost 0.063 held-out on the mean of the cells, waiting for 4 cost 0.029,
 waiting for 8 0.004 (within a rerun's spread) at the same wall. At W = 256, where the second one
 used to start at once (W > |val|), waiting for 8 is as fast, and over ten seeds paired with
-dspy.GEPA 1×1 the held-out gap went from −0.025 / −0.032 to −0.011 / −0.022.
+dspy.GEPA 1×1 the held-out gap went from −0.025 / −0.032 to −0.011 / −0.022 with fixed call times.
 """
 
 from __future__ import annotations
