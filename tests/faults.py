@@ -35,8 +35,8 @@ class Faults:
       attempt, so a client's retries run out and the call finally fails.
 
     ``kinds`` limits injection to task and/or reflection calls. With ``cover_each_kind`` the first
-    requests get each fault kind with a rate above zero once (the first distinct request the
-    persistent 500), in arrival order, before the draws above: a test that asserts it met every
+    new requests get each fault kind with a rate above zero once, in arrival order (the one given the
+    persistent 500 keeps it on every attempt), before the draws above: a test that asserts it met every
     kind then does not depend on which requests a run happens to send.
     """
 
