@@ -20,7 +20,8 @@ first, but only once ``SECOND_VALIDATION_MIN_IMPROVERS`` improvers wait: it cost
 whatever it validates, and one started for the first improver or two folds little into its merge.
 Measured side by side (``docs/benchmarks.md``, "Two validations in flight"; 5 seeds, both
 landscapes, fixed and lognormal call times), against one at a time: at W = 64, |val| = 150,
-waiting for 8 was 1-10% sooner and +0.011 to +0.030 held-out in all four cells; at W = 16,
+waiting for 8 gave +0.011 to +0.030 held-out in all four cells and was as fast (1-10% sooner with
+a second benchmark sharing the cores; alone, the lognormal walls did not move); at W = 16,
 |val| = 30, starting at once cost 0.063 held-out on the mean of the cells, waiting for 4 cost 0.029,
 waiting for 8 0.004 (within a rerun's spread) at the same wall. At W = 256, where the second one
 used to start at once (W > |val|), waiting for 8 is as fast, and over ten seeds paired with
