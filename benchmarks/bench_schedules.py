@@ -12,11 +12,12 @@ same waits as the latency server, without HTTP between). Rows, side by side in o
     async 4x4 all | merge              BatchedGEPA, schedule="async"
 
 Printed per (landscape, latency): wall (mean over seeds), ×floor (B·T_e/W, T_e the median call
-time), ×limit (wall over max(floor, G·critical path): G is the generations behind the best
-candidate, the longest chain of parents back to the seed, and a generation's critical path is
-2·T_e + T_r + its validation's waves (3·T_e + T_r where |val| ≤ W), plus T_r for a merge, so no
-schedule reaches that candidate sooner; under lognormal
-call times the floor is at the mean call time and each wait of the path is its expected value), G (mean), speedup vs
+time), ×limit (wall over max(floor, G·critical path), G the generations the run reached: its deepest
+candidate's chain of parents back to the seed; a generation's critical path is 2·T_e + T_r + its
+validation's waves (3·T_e + T_r where |val| ≤ W), plus T_r for a merge, so no schedule has that
+candidate sooner; under lognormal call times the floor is at the mean call time and each wait of the
+path is its expected value), G best and G reached (means: the best candidate's generations, what the
+quality needed, and the deepest candidate's), speedup vs
 dspy.GEPA 1×1's mean wall, planned (what ``dspy-pxn plan`` predicts for the setting, from the
 configured latencies, their spread and the planner's assumed acceptance, without a fitted run, and
 its error against the measured wall), metric calls / B (max over seeds), held-out mean ± spread
@@ -148,17 +149,18 @@ def run_one(config: str, args, landscape: str, latency: str, seed: int) -> dict:
         best = teleprompter.compile(sim.seed_program(), trainset=train, valset=val)
         wall = time.perf_counter() - start
     results = best.detailed_results
+    depths = lineage_depths(results.parents)
     # Held-out on an instant LM of the same landscape: the score, not its latency, is measured.
     with dspy.context(lm=sim.SimulatedLM(landscape=landscape)):
         test_score = dspy.Evaluate(devset=test, metric=sim.score, num_threads=16, display_progress=False)(best).score / 100
     return {"config": config, "seed": seed, "wall_s": wall, "metric_calls": results.total_metric_calls,
             "candidates": len(results.candidates), "best_val": max(results.val_aggregate_scores), "test": test_score,
-            "generations": lineage_depth(results.parents, results.best_idx)}
+            "generations": depths[results.best_idx], "deepest": max(depths)}
 
 
-def lineage_depth(parents: list[list[int | None]], index: int) -> int:
-    """Generations G behind a candidate: the longest chain of parents back to the seed (a merge counts its
-    deepest parent). Each one costs at least a critical path, so G bounds how fast the run can get there."""
+def lineage_depths(parents: list[list[int | None]]) -> list[int]:
+    """Generations behind each candidate: the longest chain of parents back to the seed (a merge counts its
+    deepest parent). Each one costs at least a critical path, so a candidate G deep cannot exist sooner."""
     depths: dict[int, int] = {}
 
     def depth(i: int) -> int:
@@ -167,7 +169,7 @@ def lineage_depth(parents: list[list[int | None]], index: int) -> int:
             depths[i] = 1 + max(map(depth, known)) if known else 0
         return depths[i]
 
-    return depth(index)
+    return [depth(i) for i in range(len(parents))]
 
 
 def critical_path_s(config: str, args, latency: str = "fixed") -> float:
@@ -214,11 +216,12 @@ def summarise(rows: list[dict], args, latency: str) -> list[dict]:
         baseline = baseline or (wall if config == "dspy.GEPA 1x1" else None)
         tests = [r["test"] for r in mine]
         generations = statistics.mean(r["generations"] for r in mine)
-        limits = [max(limit_floor_s(args, latency), r["generations"] * critical_path_s(config, args, latency))
-                  for r in mine]
+        # The generations the run reached: its deepest candidate, which the run could not have had sooner.
+        reached = [r.get("deepest", r["generations"]) for r in mine]
+        limits = [max(limit_floor_s(args, latency), g * critical_path_s(config, args, latency)) for g in reached]
         table.append({
             "config": config, "wall_s": wall, "x_floor": wall / floor, "speedup": (baseline / wall) if baseline else None,
-            "generations": generations, "x_limit": statistics.mean(r["wall_s"] / lim for r, lim in zip(mine, limits)),
+            "generations": generations, "deepest": statistics.mean(reached), "x_limit": statistics.mean(r["wall_s"] / lim for r, lim in zip(mine, limits)),
             "metric_calls": max(r["metric_calls"] for r in mine), "test_mean": statistics.mean(tests),
             "test_sd": statistics.stdev(tests) if len(tests) > 1 else 0.0, "tests": tests,
             "val_mean": statistics.mean(r["best_val"] for r in mine), "planned_s": planned_s(config, args, latency),
@@ -263,15 +266,15 @@ def main() -> None:
             print(f"\n### landscape {landscape}, latency {latency} (T_e {args.task_latency * args.scale:g} s, "
                   f"T_r {args.reflection_ratio * args.task_latency * args.scale:g} s, B {args.budget}, W {args.workers}, "
                   f"|val| {args.val}, {args.seeds} seeds)\n")
-            print("| config | wall s | x floor | x limit | G | speedup | planned s (error) | metric calls / B | "
+            print("| config | wall s | x floor | x limit | G best | G reached | speedup | planned s (error) | metric calls / B | "
                   "held-out mean ± sd | best val | per seed |")
-            print("|---|---|---|---|---|---|---|---|---|---|---|")
+            print("|---|---|---|---|---|---|---|---|---|---|---|---|")
             for r in table:
                 speedup = f"{r['speedup']:.2f}" if r["speedup"] else "—"
                 planned = (f"{r['planned_s']:.1f} ({(r['planned_s'] - r['wall_s']) / r['wall_s']:+.0%})"
                            if r["planned_s"] else "—")
                 print(f"| {r['config']} | {r['wall_s']:.1f} | {r['x_floor']:.2f} | {r['x_limit']:.2f} | "
-                      f"{r['generations']:.1f} | {speedup} | {planned} | {r['metric_calls']} / "
+                      f"{r['generations']:.1f} | {r['deepest']:.1f} | {speedup} | {planned} | {r['metric_calls']} / "
                       f"{args.budget} | {r['test_mean']:.3f} ± {r['test_sd']:.3f} | {r['val_mean']:.3f} | "
                       f"{' '.join(f'{t:.2f}' for t in r['tests'])} |", flush=True)
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
