@@ -217,7 +217,7 @@ def summarise(rows: list[dict], args, latency: str) -> list[dict]:
         tests = [r["test"] for r in mine]
         generations = statistics.mean(r["generations"] for r in mine)
         # The generations the run reached: its deepest candidate, which the run could not have had sooner.
-        reached = [r.get("deepest", r["generations"]) for r in mine]
+        reached = [r["deepest"] for r in mine]
         limits = [max(limit_floor_s(args, latency), g * critical_path_s(config, args, latency)) for g in reached]
         table.append({
             "config": config, "wall_s": wall, "x_floor": wall / floor, "speedup": (baseline / wall) if baseline else None,
