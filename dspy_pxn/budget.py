@@ -180,3 +180,9 @@ class BudgetGuard:
     def release(self, calls: int) -> None:
         """Promised calls that will not be made (a proposal skipped, a validation not needed)."""
         self.reserved -= calls
+
+    def can_still_validate(self, state: SpendsMetricCalls, releasable: int) -> bool:
+        """Whether one more full validation could ever be paid for, if the ``releasable`` calls promised to
+        work in flight (the most it may still give back) came free. When not, no child still in flight can
+        be validated, so nothing in flight but the validations can change the run's result."""
+        return self.remaining(state) + releasable >= self.valset_size

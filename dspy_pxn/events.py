@@ -65,12 +65,16 @@ class StepEvents(StepListener):
 
     The lock is re-entrant and public: a schedule whose bookkeeping must land in the same
     step record as an event (the asynchronous one counts a screening's metric calls where
-    its rollouts are reported) does that bookkeeping under the same lock.
+    its rollouts are reported) does that bookkeeping under the same lock. A schedule that
+    returns without waiting for work still in flight (the asynchronous one's last reflections,
+    when no budget is left to validate their children) closes the events first: what that work
+    tells afterwards is not part of the run, and no listener hears it.
     """
 
     def __init__(self, listeners: Sequence[StepListener] = ()):
         self.lock = threading.RLock()
         self.listeners: list[StepListener] = []
+        self.closed = False
         for listener in listeners:
             self.add(listener)
 
@@ -83,32 +87,34 @@ class StepEvents(StepListener):
             position = self.listeners.index(before) if before is not None else len(self.listeners)
             self.listeners.insert(position, listener)
 
+    def close(self) -> None:
+        """No listener hears anything from now on."""
+        with self.lock:
+            self.closed = True
+
+    def _tell(self, event: str, *args: Any) -> None:
+        with self.lock:
+            if self.closed:
+                return
+            for listener in self.listeners:
+                getattr(listener, event)(*args)
+
     @override
     def tasks_sampled(self, tasks: Sequence[ProposalTask]) -> None:
-        with self.lock:
-            for listener in self.listeners:
-                listener.tasks_sampled(tasks)
+        self._tell("tasks_sampled", tasks)
 
     @override
     def children_screened(self, children: int, improved: int) -> None:
-        with self.lock:
-            for listener in self.listeners:
-                listener.children_screened(children, improved)
+        self._tell("children_screened", children, improved)
 
     @override
     def evaluated(self, phase: Phase, seconds: float, rollouts: int, failures: int) -> None:
-        with self.lock:
-            for listener in self.listeners:
-                listener.evaluated(phase, seconds, rollouts, failures)
+        self._tell("evaluated", phase, seconds, rollouts, failures)
 
     @override
     def reflected(self, seconds: float, jobs: int, failed: int) -> None:
-        with self.lock:
-            for listener in self.listeners:
-                listener.reflected(seconds, jobs, failed)
+        self._tell("reflected", seconds, jobs, failed)
 
     @override
     def sibling_merged(self, seconds: float, children: int) -> None:
-        with self.lock:
-            for listener in self.listeners:
-                listener.sibling_merged(seconds, children)
+        self._tell("sibling_merged", seconds, children)

@@ -259,3 +259,53 @@ def test_a_second_validation_starts_beside_the_first_only_once_enough_improvers_
     assert sum(step.metric_calls for step in result.steps) + 6 == result.total_metric_calls
     # Each window's metric calls are the rollouts that finished in it, whichever validation ends it.
     assert [step.metric_calls for step in result.steps] == [step.rollouts for step in result.steps]
+
+
+class SecondReflectionHangs(sim.SimulatedLM):
+    """A reflection LM whose second call does not return until the test lets it (at most a minute)."""
+
+    released = threading.Event()
+    calls = 0
+
+    def latency(self, kind):
+        if kind == "reflection":
+            type(self).calls += 1
+            if type(self).calls >= 2:
+                type(self).released.wait(timeout=60)
+        return 0.0
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_run_does_not_wait_for_a_reflection_whose_child_no_budget_is_left_to_validate(tmp_path, seed):
+    # Budget: the seed on |val| = 10, two pipelines' screenings (2 x 6), one validation (10). On these
+    # seeds the first child improves and takes the one validation left; the second pipeline's reflection
+    # hangs, and whatever it proposes could not be validated: the run must not wait for it.
+    SecondReflectionHangs.released, SecondReflectionHangs.calls = threading.Event(), 0
+    train, val, _ = sim.make_splits(seed=seed, train=20, val=10, test=1)
+    lm, heard = sim.SimulatedLM(), Heard()
+    started = time.perf_counter()
+    try:
+        with dspy.context(lm=lm):
+            result = BatchedGEPA(
+                metric=sim.metric, p=2, n=1, num_threads=4, max_metric_calls=32, schedule="async", seed=seed,
+                reflection_lm=SecondReflectionHangs(), callbacks=[heard], log_dir=str(tmp_path),
+            ).compile(sim.seed_program(), trainset=train, valset=val).detailed_results
+        wall = time.perf_counter() - started
+        heard_by_the_end = list(heard.events)
+        records_by_the_end = read_step_log(str(tmp_path))
+    finally:
+        SecondReflectionHangs.released.set()
+    assert wall < 30 and SecondReflectionHangs.calls == 2  # returned with the second reflection in flight
+    assert len(result.candidates) == 2 and result.total_metric_calls == 32 - 3  # its child was never screened
+    assert heard_by_the_end[-1][0] == "on_optimization_end"
+    ended = [e for name, e in heard_by_the_end if name == "on_proposal_decided" and e["outcome"] == "no_proposal"]
+    assert len(ended) == 1 and "ended before its reflection returned" in ended[0]["reason"]
+    # The reflection returns to a run that has ended: no rollout, no event, no record, no callback.
+    deadline = time.perf_counter() + 10
+    while time.perf_counter() < deadline and threading.active_count() > 1 and any(
+            t.name.startswith("dspy-pxn-proposal") for t in threading.enumerate()):
+        time.sleep(0.05)
+    assert not any(t.name.startswith("dspy-pxn-proposal") for t in threading.enumerate())
+    assert lm.stats()["calls"]["task"] == result.total_metric_calls
+    assert heard.events == heard_by_the_end
+    assert read_step_log(str(tmp_path)) == records_by_the_end

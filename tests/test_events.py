@@ -25,6 +25,15 @@ def test_every_listener_hears_an_event_in_order_and_the_others_are_no_ops():
     assert log == [("zeroth", "screening", 6, 1), ("first", "screening", 6, 1), ("second", "screening", 6, 1)]
 
 
+def test_closed_events_are_heard_by_no_one():
+    log = []
+    events = StepEvents([Heard("first", log)])
+    events.evaluated("screening", 0.1, 6, 0)
+    events.close()  # a schedule returned with work in flight: what that work tells is not part of the run
+    events.evaluated("validation", 0.1, 10, 0)
+    assert log == [("first", "screening", 6, 0)]
+
+
 def test_a_misspelt_event_fails_when_its_listener_is_defined():
     with pytest.raises(TypeError, match="no step event 'evaluate'"):
         class Misspelt(StepListener):  # noqa: F841

@@ -22,6 +22,12 @@ The budget is exact: a pipeline reserves its screening with the run's ``BudgetGu
 when it starts, and a validation reserves the validations its selection may ask for;
 the guard keeps |val| free beside every reservation, so whatever improves can be paid for.
 
+The run ends when nothing it waits for can change its result: once no budget is left to validate
+another child, even with all that work in flight may still give back, a pipeline that has not yet
+reflected stops there, and the search returns without the reflections still in flight (their
+calls are made and paid for; they return to a run that has ended, and the step events are closed).
+Under a long-tailed reflection latency the slowest of them used to be the run's last, idle stretch.
+
 Dollars and a deadline (``dspy_pxn.caps``): no pipeline or validation starts that the run's caps
 cannot pay for or finish at the costs and latencies measured so far; a call the caps refuse
 (``CapReached``) stops all launching, the work in flight drains, and the state is the result.
@@ -101,6 +107,12 @@ class AsyncSchedule(StepListener):
         self.launched = 0  # pipelines started: each one's proposal id
         self.caps = run.caps
         self.refused = False  # a cap refused an LM call: nothing more is started, what is in flight drains
+        # What work in flight may still give back to the budget: a pipeline its child's screening until the
+        # child is screened, a validation what it reserved until its selection ran (``_can_still_validate``).
+        self.unscreened_children = 0
+        self.unselected_calls = 0
+        self.reflecting: dict[str, ProposalTask] = {}  # pipelines waiting on their reflection, by proposal id
+        self.ended = False  # the search returned without waiting for the reflections still in flight
 
     # ------------------------------------------------------------------------------ the run
     def search(self) -> GEPAState:
@@ -124,6 +136,9 @@ class AsyncSchedule(StepListener):
                         queued = []
                 if not in_flight:
                     break
+                if error is None and self._only_futile_reflections_left(in_flight):
+                    self._stop_waiting_for_reflections()
+                    break
                 done, _ = wait(list(in_flight), return_when=FIRST_COMPLETED)
                 for future in done:
                     kind = in_flight.pop(future)
@@ -140,7 +155,7 @@ class AsyncSchedule(StepListener):
                     else:
                         self._validated(outcome)
         finally:
-            pipelines.shutdown(wait=True)
+            pipelines.shutdown(wait=not self.ended)
             validator.shutdown(wait=True)
             with self.lock:
                 for proposal in queued:
@@ -238,6 +253,7 @@ class AsyncSchedule(StepListener):
                 task = ProposalTask(parent, self.state.program_candidates[parent], ids, self.trainset.fetch(ids))
                 self.live.events.tasks_sampled([task])
                 self.launched += 1
+                self.unscreened_children += 1
             run_pipeline = contextvars.copy_context().run
             in_flight[executor.submit(run_pipeline, self._pipeline, task, f"p{self.launched}")] = "proposal"
 
@@ -258,10 +274,24 @@ class AsyncSchedule(StepListener):
         except Exception as error:  # noqa: BLE001 - as gepa: a task whose dataset cannot be built is skipped
             logger.info("No reflective dataset for parent %d: %s", task.parent_idx, error)
             return self._no_child(task, before.scores, f"no reflective dataset: {error}")
-        reflected = self.parts.reflection.propose((task.parent_candidate, dataset, components))
-        if not reflected.new_texts:
-            error = (reflected.metadata or {}).get("reflection_error", "no new instruction")
-            return self._no_child(task, before.scores, f"the reflection proposed nothing: {error}")
+        with self.lock:
+            if not self._can_still_validate():
+                return self._no_child(task, before.scores, "no budget left to validate its child")
+            self.reflecting[proposal_id] = task
+        try:
+            reflected = self.parts.reflection.propose((task.parent_candidate, dataset, components))
+        finally:
+            with self.lock:
+                del self.reflecting[proposal_id]
+        with self.lock:
+            if self.ended:  # the search returned while this reflection was in flight: it is not part of the run
+                return None
+            if not reflected.new_texts:
+                error = (reflected.metadata or {}).get("reflection_error", "no new instruction")
+                return self._no_child(task, before.scores, f"the reflection proposed nothing: {error}")
+            if not self._can_still_validate():
+                return self._no_child(task, before.scores, "no budget left to validate its child")
+            self.unscreened_children -= 1  # its child's screening is spent from here on
         child = {**task.parent_candidate, **reflected.new_texts}
         after = adapter.evaluate(task.minibatch, child, capture_traces=False, phase="screening")
         replies = {f"raw_lm_output:{name}": text for name, text in reflected.raw_lm_outputs.items()}
@@ -279,8 +309,38 @@ class AsyncSchedule(StepListener):
         """The pipeline ends after its parent's screening: the child's reserved calls are not needed."""
         with self.lock:
             self.guard.release(len(task.minibatch))
+            self.unscreened_children -= 1
             self.notify.decided(task.parent_idx, "no_proposal", reason, minibatch_ids=task.minibatch_ids,
                                 scores=scores)
+
+    def _can_still_validate(self) -> bool:
+        """Whether a child still in flight could be validated: the budget left, with all that work in flight
+        may still give back. Under the lock."""
+        releasable = self.unscreened_children * self.guard.minibatch_size + self.unselected_calls
+        return self.guard.can_still_validate(self.state, releasable)
+
+    def _only_futile_reflections_left(self, in_flight: dict[Future, str]) -> bool:
+        """Whether all that is in flight is pipelines waiting on reflections whose children no budget is left
+        to validate. Under a long-tailed reflection latency the slowest of them would hold the run's end for
+        nothing: they cannot change its result."""
+        with self.lock:
+            return (all(kind == "proposal" for kind in in_flight.values())
+                    and len(self.reflecting) == len(in_flight) and not self._can_still_validate())
+
+    def _stop_waiting_for_reflections(self) -> None:
+        """End the search with the last reflections still in flight: their calls were made and are paid for,
+        but they return to a run that has ended (``ended``), and no step event or callback hears them."""
+        with self.lock:
+            self.ended = True
+            self.live.events.close()
+            for task in self.reflecting.values():
+                self.guard.release(len(task.minibatch))
+                self.notify.decided(task.parent_idx, "no_proposal", "the run ended before its reflection "
+                                    "returned: no budget was left to validate its child",
+                                    minibatch_ids=task.minibatch_ids)
+            abandoned = len(self.reflecting)
+        logger.info("The search ended with %d reflection(s) in flight: no budget was left to validate their "
+                    "children; their LM calls finish in the background and are not in this run's usage.", abandoned)
 
     def _screened(self, screened: _Screened | None) -> list[CandidateProposal]:
         """An improving child queues for validation; any other is rejected now."""
@@ -305,6 +365,7 @@ class AsyncSchedule(StepListener):
                                                           reflections_in_series=merges):
                 wanted = 0
             room = self.guard.reserve_validations(self.state, wanted) if wanted else 0
+            self.unselected_calls += room * val
         if room == 0:
             for proposal in batch:
                 self.notify.rejected(self.state, proposal, "no budget left to validate it", "improved_not_selected")
@@ -322,6 +383,7 @@ class AsyncSchedule(StepListener):
         selected = self.parts.selection.select_within(batch, self.state, self.acceptance, room)
         with self.lock:
             self.guard.release((room - len(selected)) * self.guard.valset_size)
+            self.unselected_calls -= room * self.guard.valset_size
             discovered_at = self.state.total_num_evals
         ids = list(self.valset.all_ids())
         examples = self.valset.fetch(ids)
