@@ -334,10 +334,8 @@ class AsyncSchedule(StepListener):
             self.ended = True
             self.live.events.close()
             for task in self.reflecting.values():
-                self.guard.release(len(task.minibatch))
-                self.notify.decided(task.parent_idx, "no_proposal", "the run ended before its reflection "
-                                    "returned: no budget was left to validate its child",
-                                    minibatch_ids=task.minibatch_ids)
+                self._no_child(task, [], "the run ended before its reflection returned: no budget was left to "
+                               "validate its child")
             abandoned = len(self.reflecting)
         logger.info("The search ended with %d reflection(s) in flight: no budget was left to validate their "
                     "children; their LM calls finish in the background and are not in this run's usage.", abandoned)
