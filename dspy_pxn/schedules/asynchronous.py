@@ -279,7 +279,8 @@ class AsyncSchedule(StepListener):
                 return self._no_child(task, before.scores, "no budget left to validate its child")
             self.reflecting[proposal_id] = task
         try:
-            reflected = self.parts.reflection.propose((task.parent_candidate, dataset, components))
+            with self.live.usage.left_out_once(lambda: self.ended):
+                reflected = self.parts.reflection.propose((task.parent_candidate, dataset, components))
         finally:
             with self.lock:
                 del self.reflecting[proposal_id]
