@@ -55,7 +55,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +63,7 @@ from typing import Any
 import dspy
 from dspy.utils.callback import BaseCallback
 
+from dspy_pxn import abandoned
 from dspy_pxn.checks import positive_int
 
 logger = logging.getLogger(__name__)
@@ -102,6 +103,7 @@ class LMCallCounter(BaseCallback):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._open: dict[str, int] = {}  # call_id -> attempts so far
+        self._abandonable: dict[str, Callable[[], bool]] = {}  # open calls a run may return without
         self._calls = self._attempts = self._retries = self._failures = 0
         self._peak = 0
 
@@ -109,9 +111,12 @@ class LMCallCounter(BaseCallback):
     def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
         if not _hook_installed and isinstance(instance, dspy.LM):
             _install_litellm_hook()  # only now: importing litellm costs seconds, and the call needs it anyway
+        run_ended = abandoned.run_ended_check()
         with self._lock:
             self._open[call_id] = 0
             self._calls += 1
+            if run_ended is not None:
+                self._abandonable[call_id] = run_ended
             self._peak = max(self._peak, len(self._open))
         _CURRENT.set((*_CURRENT.get(), (self, call_id)))
 
@@ -121,9 +126,13 @@ class LMCallCounter(BaseCallback):
             attempts = self._open.pop(call_id, None)
             if attempts is None:
                 return False
-            self._attempts += attempts
-            self._retries += max(0, attempts - 1)
-            self._failures += exception is not None
+            run_ended = self._abandonable.pop(call_id, None)
+            if run_ended is not None and run_ended():  # it ended after its run did: not the run's
+                self._calls -= 1
+            else:
+                self._attempts += attempts
+                self._retries += max(0, attempts - 1)
+                self._failures += exception is not None
         _CURRENT.set(tuple(entry for entry in _CURRENT.get() if entry != (self, call_id)))
         return True
 
@@ -142,8 +151,10 @@ class LMCallCounter(BaseCallback):
 
     # -- reading -----------------------------------------------------------------------
     def counts(self) -> LMCallCounts:
+        """Calls that ended, and those in progress, except the ones in progress after their run ended."""
         with self._lock:
-            return LMCallCounts(self._calls, self._attempts, self._retries, self._failures, self._peak)
+            left_behind = sum(run_ended() for run_ended in self._abandonable.values())
+            return LMCallCounts(self._calls - left_behind, self._attempts, self._retries, self._failures, self._peak)
 
     def in_flight(self) -> int:
         with self._lock:

@@ -27,6 +27,9 @@ class BatchedGEPAResult(DspyGEPAResult):
         usage: LM calls, tokens and dollars of the search (``UsageTotals``).
         mlflow_run_id: The tracked run's id, or None when the run was not tracked.
         lm_call_counts: LM calls, attempts, retries and failures of the search (``LMCallCounts``).
+            Both tell what the last step record tells: an async run may return with reflections in flight
+            whose children no budget is left to validate, and what their calls do after it ended is not
+            counted (``dspy_pxn.abandoned``).
         stopped_by: The budget that ended the search: ``"max_metric_calls"`` (no useful step fitted),
             ``"auto"`` (the proposals its level states were made), ``"max_cost_usd"``,
             ``"max_reflection_cost_usd"`` or ``"max_wall_s"``.

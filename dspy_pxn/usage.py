@@ -14,13 +14,15 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import dspy
 from dspy.utils.usage_tracker import UsageTracker
+
+from dspy_pxn import abandoned
 
 logger = logging.getLogger(__name__)
 
@@ -86,31 +88,18 @@ class UsageMeter(UsageTracker):
         self._totals = UsageTotals()
         self._counted: dict[str, int] = {}  # entries of each model already in the totals
         self._prices: dict[str, tuple[float, float] | None] = {}
-        self._thread = threading.local()  # ``left_out_once``'s condition, for the calls this thread makes
 
     def __deepcopy__(self, memo: dict[int, Any]) -> UsageMeter:
         return self
 
     def add_usage(self, lm: str, usage_entry: dict[str, Any]) -> None:
-        left_out = getattr(self._thread, "left_out", None)
+        run_ended = abandoned.run_ended_check()
         with self._lock:  # decided under the lock: a reader sees the entry, or it is never counted
-            if left_out is None or not left_out():
+            if run_ended is None or not run_ended():
                 super().add_usage(lm, usage_entry)
         call = getattr(call_in_progress, "call", None)
         if call is not None:  # a dollar cap's reservation (dspy_pxn.caps), settled at what the call was billed
             call.billed(lm, usage_entry)
-
-    @contextmanager
-    def left_out_once(self, ended: Callable[[], bool]) -> Iterator[None]:
-        """Leave out the calls this thread bills inside the block once ``ended()``: an async run returns
-        without the reflections in flight that cannot count, and what they bill after it ended is not its
-        usage; counting them only when they happen to land before the result is read would make the
-        result's usage disagree with its last step record."""
-        self._thread.left_out = ended
-        try:
-            yield
-        finally:
-            self._thread.left_out = None
 
     def absorb(self, other: UsageTracker) -> None:
         """Take in another tracker's entries (a rollout's own, under ``track_usage``)."""

@@ -335,5 +335,5 @@ def test_a_run_does_not_wait_for_a_reflection_whose_child_no_budget_is_left_to_v
     assert heard.events == heard.heard_by_the_end and heard.events[-1][0] == "on_optimization_end"
     records = read_step_log(str(tmp_path))
     assert [r.step for r in records] == [s.step for s in result.steps]
-    assert result.usage.lm_calls == result.total_metric_calls + 1  # the rollouts and the first reflection
+    assert result.usage.lm_calls == result.lm_call_counts.calls == result.total_metric_calls + 1  # and one reflection
     assert sum(step.lm_calls for step in result.steps) + len(val) == result.usage.lm_calls

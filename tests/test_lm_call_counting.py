@@ -16,8 +16,9 @@ import threading
 import dspy
 import pytest
 
-from dspy_pxn import BatchedGEPA, limits
+from dspy_pxn import BatchedGEPA, abandoned, limits
 from dspy_pxn import testing as sim
+from dspy_pxn.usage import UsageMeter
 
 BUDGET = 120
 
@@ -151,3 +152,26 @@ def test_calls_made_in_dspy_parallel_threads_inside_a_program_are_counted(splits
     assert calls(task_lm) == 2 * best.detailed_results.total_metric_calls
     assert counts.calls == calls(task_lm) + calls(reflection_lm)
     assert not any("does not hold" in r.getMessage() for r in caplog.records)
+
+
+def test_calls_a_run_returned_without_count_only_if_they_ended_before_it_did():
+    counter, meter, ended = limits.LMCallCounter(), UsageMeter(), threading.Event()
+    billed = {"prompt_tokens": 10, "completion_tokens": 5}
+    with abandoned.abandonable(ended.is_set):
+        for call in ("done before", "open at the end", "done after"):
+            counter.on_lm_start(call, None, {})
+            counter._count_attempt(call)
+        counter.on_lm_end("done before", None)
+        meter.add_usage("openai/sim", billed)
+        assert counter.counts().calls == 3 and meter.totals().lm_calls == 1
+        ended.set()
+        meter.add_usage("openai/sim", billed)
+        counter.on_lm_end("done after", None)
+    counter.on_lm_start("another thread's call", None, {})  # outside the block: always the run's
+    counter._count_attempt("another thread's call")
+    counter.on_lm_end("another thread's call", None)
+    counts = counter.counts()
+    assert (counts.calls, counts.attempts, counts.retries) == (2, 2, 0)  # "open at the end" is not counted
+    assert meter.totals().lm_calls == 1
+    counter.on_lm_end("open at the end", None)
+    assert counter.counts() == counts

@@ -54,6 +54,7 @@ from gepa.proposer.base import CandidateProposal
 from gepa.strategies.acceptance import StrictImprovementAcceptance
 from gepa.strategies.proposal_sampling import ProposalTask
 
+from dspy_pxn import abandoned
 from dspy_pxn import selection as selections
 from dspy_pxn import width as widths
 from dspy_pxn.caps import CapReached, seed_validation_paid
@@ -279,7 +280,7 @@ class AsyncSchedule(StepListener):
                 return self._no_child(task, before.scores, "no budget left to validate its child")
             self.reflecting[proposal_id] = task
         try:
-            with self.live.usage.left_out_once(lambda: self.ended):
+            with abandoned.abandonable(lambda: self.ended):
                 reflected = self.parts.reflection.propose((task.parent_candidate, dataset, components))
         finally:
             with self.lock:

@@ -7,7 +7,6 @@ CI runs a ~30 s run. ``DSPY_PXN_LONG_CONCURRENCY=1`` runs the same property chec
 from __future__ import annotations
 
 import os
-import threading
 from collections import Counter
 
 import dspy
@@ -18,6 +17,7 @@ from dspy_pxn import BatchedGEPA, read_step_log
 from dspy_pxn import testing as sim
 from dspy_pxn.testing import LatencyServer
 from tests.faults import Faults
+from tests.threads import threads_left_behind
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -84,6 +84,7 @@ def test_64_workers_keep_step_log_and_gepa_state_consistent(tmp_path, faulty, sc
         )
         with dspy.context(lm=server.lm("task", num_retries=3, timeout=2.0)):
             result = optimizer.compile(sim.seed_program(), trainset=train, valset=val).detailed_results
+        left_behind = threads_left_behind()
         stats = server.stats()
     found = check_run_against_gepa_state(result, log_dir, len(val), budget)
     # Enough work to check: the merge validates one candidate per window where "all" validates several.
@@ -96,7 +97,7 @@ def test_64_workers_keep_step_log_and_gepa_state_consistent(tmp_path, faulty, sc
         assert in_flight["total"] <= 64
     else:  # reflections run in the 32 pipelines' own threads, beside the 64 rollout workers (and one merge)
         assert in_flight["total"] <= 64 + 32 + 1
-    assert not [t.name for t in threading.enumerate() if t.name.startswith("dspy-pxn")]
+    assert not left_behind
     if faulty:
         assert stats["faults"]["total"] > 0 and result.lm_call_counts.retries > 0
     # gepa adds a proposal whose text equals an existing candidate as a new index (it does not dedupe);
