@@ -79,13 +79,16 @@ _CURRENT: contextvars.ContextVar[tuple[tuple[LMCallCounter, str], ...]] = contex
 
 @dataclass(frozen=True)
 class LMCallCounts:
-    """Totals so far. ``failures`` are calls that raised after their last retry."""
+    """Totals so far. ``failures`` are calls that raised after their last retry. ``abandoned`` are calls
+    the run returned without (``dspy_pxn.abandoned``): in flight when it ended, or ended after it; they are
+    in no other count, so ``calls + abandoned`` are all the calls it started."""
 
     calls: int = 0
     attempts: int = 0
     retries: int = 0
     failures: int = 0
     peak_in_flight: int = 0
+    abandoned: int = 0
 
     def since(self, earlier: LMCallCounts) -> LMCallCounts:
         return LMCallCounts(
@@ -94,6 +97,7 @@ class LMCallCounts:
             retries=self.retries - earlier.retries,
             failures=self.failures - earlier.failures,
             peak_in_flight=self.peak_in_flight,
+            abandoned=self.abandoned - earlier.abandoned,
         )
 
 
@@ -104,7 +108,7 @@ class LMCallCounter(BaseCallback):
         self._lock = threading.Lock()
         self._open: dict[str, int] = {}  # call_id -> attempts so far
         self._abandonable: dict[str, Callable[[], bool]] = {}  # open calls a run may return without
-        self._calls = self._attempts = self._retries = self._failures = 0
+        self._calls = self._attempts = self._retries = self._failures = self._abandoned = 0
         self._peak = 0
 
     # -- DSPy callback ---------------------------------------------------------------
@@ -128,7 +132,7 @@ class LMCallCounter(BaseCallback):
                 return False
             run_ended = self._abandonable.pop(call_id, None)
             if run_ended is not None and run_ended():  # it ended after its run did: not the run's
-                self._calls -= 1
+                self._abandoned += 1
             else:
                 self._attempts += attempts
                 self._retries += max(0, attempts - 1)
@@ -151,10 +155,11 @@ class LMCallCounter(BaseCallback):
 
     # -- reading -----------------------------------------------------------------------
     def counts(self) -> LMCallCounts:
-        """Calls that ended, and those in progress, except the ones in progress after their run ended."""
+        """Calls that ended or are in progress; those the run returned without apart, as ``abandoned``."""
         with self._lock:
-            left_behind = sum(run_ended() for run_ended in self._abandonable.values())
-            return LMCallCounts(self._calls - left_behind, self._attempts, self._retries, self._failures, self._peak)
+            abandoned = self._abandoned + sum(run_ended() for run_ended in self._abandonable.values())
+            return LMCallCounts(self._calls - abandoned, self._attempts, self._retries, self._failures, self._peak,
+                                abandoned)
 
     def in_flight(self) -> int:
         with self._lock:

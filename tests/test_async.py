@@ -336,4 +336,5 @@ def test_a_run_does_not_wait_for_a_reflection_whose_child_no_budget_is_left_to_v
     records = read_step_log(str(tmp_path))
     assert [r.step for r in records] == [s.step for s in result.steps]
     assert result.usage.lm_calls == result.lm_call_counts.calls == result.total_metric_calls + 1  # and one reflection
+    assert result.lm_call_counts.abandoned == 1
     assert sum(step.lm_calls for step in result.steps) + len(val) == result.usage.lm_calls
