@@ -204,7 +204,8 @@ class Run:
         stopped_by = self.stopped_by(gepa_result)
         program = live.adapter.build_program(gepa_result.best_candidate)
         limits.leave_uncounted(program)
-        if uncounted := limits.uncounted_calls_warning(usage.lm_calls, lm_call_counts.calls):
+        seen = lm_call_counts.calls + lm_call_counts.abandoned  # one abandoned may be billed before the run ended
+        if uncounted := limits.uncounted_calls_warning(usage.lm_calls, seen):
             logger.warning(uncounted)
         test_score = (holdout_score(program, optimizer.testset, self.metric, live.pool, optimizer.failure_score)
                       if optimizer.testset else None)
