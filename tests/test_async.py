@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from dspy_pxn import BatchedGEPA, read_step_log
 from dspy_pxn import testing as sim
 from dspy_pxn.resume import load_saved_state
+from tests.threads import threads_left_behind
 
 
 def run_async(splits, lm, **kwargs):
@@ -287,21 +288,23 @@ class SecondReflectionHangs(sim.SimulatedLM):
         cls.released, cls.second_started, cls.calls = threading.Event(), threading.Event(), 0
 
 
-def proposal_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("dspy-pxn-proposal")]
-
-
 class ReleasedAtTheEnd(Heard):
-    """Lets the hanging reflection return once the search has ended, and waits for it to come back, so it
-    bills its call after the run ended but before the run's result is read."""
+    """Lets the hanging reflection return once the search has ended and waits until it has (and has been
+    billed), so it bills its call after the run ended but before the run's result is read. Its thread then
+    waits for the schedule's lock, which gepa's callbacks are told under, and ends after compile."""
+
+    def __init__(self, reflection_lm):
+        super().__init__()
+        self.reflection_lm = reflection_lm
 
     def on_optimization_end(self, event):
         self.events.append(("on_optimization_end", event))
         self.heard_by_the_end = list(self.events)
         SecondReflectionHangs.released.set()
         deadline = time.perf_counter() + 10
-        while time.perf_counter() < deadline and proposal_threads():
-            time.sleep(0.02)
+        while self.reflection_lm.stats()["in_flight"]["reflection"] and time.perf_counter() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)  # DSPy bills the call once the LM returns it
 
 
 @pytest.mark.parametrize("seed", [5, 6])
@@ -313,13 +316,14 @@ def test_a_run_does_not_wait_for_a_reflection_whose_child_no_budget_is_left_to_v
     # wait for it.
     SecondReflectionHangs.reset()
     train, val, _ = sim.make_splits(seed=seed, train=20, val=10, test=1)
-    lm, heard = sim.SimulatedLM(), ReleasedAtTheEnd()
+    lm, reflection_lm = sim.SimulatedLM(), SecondReflectionHangs()
+    heard = ReleasedAtTheEnd(reflection_lm)
     started = time.perf_counter()
     try:
         with dspy.context(lm=lm):
             result = BatchedGEPA(
                 metric=sim.metric, p=2, n=1, num_threads=4, max_metric_calls=32, schedule="async", seed=seed,
-                reflection_lm=SecondReflectionHangs(), callbacks=[heard], log_dir=str(tmp_path),
+                reflection_lm=reflection_lm, callbacks=[heard], log_dir=str(tmp_path),
             ).compile(sim.seed_program(), trainset=train, valset=val).detailed_results
         wall = time.perf_counter() - started
     finally:
@@ -330,7 +334,7 @@ def test_a_run_does_not_wait_for_a_reflection_whose_child_no_budget_is_left_to_v
     assert len(ended) == 1 and "ended before its reflection returned" in ended[0]["reason"]
     # The reflection returned to a run that had ended (before its result was read): no rollout, no event,
     # no record, no callback, and its call is not in the run's usage, which its last record tells as well.
-    assert not proposal_threads()
+    assert not threads_left_behind(wait_s=10)
     assert lm.stats()["calls"]["task"] == result.total_metric_calls
     assert heard.events == heard.heard_by_the_end and heard.events[-1][0] == "on_optimization_end"
     records = read_step_log(str(tmp_path))

@@ -10,8 +10,16 @@ import time
 ABANDONABLE = "dspy-pxn-proposal"
 
 
-def library_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith("dspy-pxn")]
+def library_threads(prefix: str = "dspy-pxn") -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith(prefix)]
+
+
+def abandoned_pipelines_after(wait_s: float) -> list[str]:
+    """The abandonable pipeline threads still alive after waiting at most ``wait_s`` for them to return."""
+    deadline = time.perf_counter() + wait_s
+    while library_threads(ABANDONABLE) and time.perf_counter() < deadline:
+        time.sleep(0.02)
+    return library_threads(ABANDONABLE)
 
 
 def threads_left_behind(wait_s: float = 30.0) -> list[str]:
@@ -20,7 +28,5 @@ def threads_left_behind(wait_s: float = 30.0) -> list[str]:
     others = [name for name in library_threads() if not name.startswith(ABANDONABLE)]
     if others:
         return others
-    deadline = time.perf_counter() + wait_s
-    while library_threads() and time.perf_counter() < deadline:
-        time.sleep(0.02)
+    abandoned_pipelines_after(wait_s)
     return library_threads()
