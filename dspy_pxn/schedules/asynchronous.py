@@ -338,9 +338,10 @@ class AsyncSchedule(StepListener):
             for task in self.reflecting.values():
                 self._no_child(task, [], "the run ended before its reflection returned: no budget was left to "
                                "validate its child")
-            abandoned = len(self.reflecting)
+            left_in_flight = len(self.reflecting)
         logger.info("The search ended with %d reflection(s) in flight: no budget was left to validate their "
-                    "children; their LM calls finish in the background and are not in this run's usage.", abandoned)
+                    "children; their LM calls finish in the background, outside this run's usage and LM call "
+                    "counts (lm_call_counts.abandoned counts them).", left_in_flight)
 
     def _screened(self, screened: _Screened | None) -> list[CandidateProposal]:
         """An improving child queues for validation; any other is rejected now."""
