@@ -14,19 +14,13 @@ def library_threads(prefix: str = "dspy-pxn") -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith(prefix)]
 
 
-def abandoned_pipelines_after(wait_s: float) -> list[str]:
-    """The abandonable pipeline threads still alive after waiting at most ``wait_s`` for them to return."""
-    deadline = time.perf_counter() + wait_s
-    while library_threads(ABANDONABLE) and time.perf_counter() < deadline:
-        time.sleep(0.02)
-    return library_threads(ABANDONABLE)
-
-
 def threads_left_behind(wait_s: float = 30.0) -> list[str]:
     """The library's threads alive after a run: at once, any but the abandonable pipelines; after at most
     ``wait_s`` for those to return, any at all."""
     others = [name for name in library_threads() if not name.startswith(ABANDONABLE)]
     if others:
         return others
-    abandoned_pipelines_after(wait_s)
+    deadline = time.perf_counter() + wait_s
+    while library_threads(ABANDONABLE) and time.perf_counter() < deadline:
+        time.sleep(0.02)
     return library_threads()
