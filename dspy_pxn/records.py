@@ -23,10 +23,10 @@ from gepa.strategies.proposal_sampling import ProposalTask
 from dspy_pxn.budget import RunShape
 from dspy_pxn.caps import RunCaps
 from dspy_pxn.events import Phase, StepListener, override
-from dspy_pxn.limits import LMCallCounter
+from dspy_pxn.limits import LMCallCounter, LMCallCounts
 from dspy_pxn.pools import WorkerPool
 from dspy_pxn.strategies import pareto_front_programs
-from dspy_pxn.usage import UsageMeter
+from dspy_pxn.usage import UsageMeter, UsageTotals
 
 logger = logging.getLogger(__name__)
 
@@ -221,6 +221,8 @@ class StepRecorder(StepListener):
         self.sinks = list(sinks)
         self.steps: list[StepRecord] = []
         self._lock = threading.Lock()
+        self._recorded_usage: UsageTotals | None = None  # the run's usage and LM calls at the last record
+        self._recorded_lm: LMCallCounts | None = None
         self._reset(None)
 
     # -- step events --------------------------------------------------------------
@@ -281,13 +283,23 @@ class StepRecorder(StepListener):
         with self._lock:
             self._new.append(index)
 
+    def calls_since_last_record(self) -> bool:
+        """Whether an LM call ended after the last record: a schedule that ends with such calls and no step
+        open (their events came too late to open one) writes one more record, so the last tells the run's
+        usage."""
+        if self._recorded_usage is None or self._recorded_lm is None:
+            return False
+        return (self.usage.totals().lm_calls > self._recorded_usage.lm_calls
+                or self.lm_calls.counts().attempts > self._recorded_lm.attempts)
+
     def end(self, state: GEPAState) -> StepRecord:
         """The step is over: its record goes to ``steps`` and to every sink."""
         wall = time.perf_counter() - self._t0
         busy = self.pool.busy_seconds() - self._busy0
         scores = state.program_full_scores_val_set
-        usage, total_usage = self.usage.totals().since(self._usage0), self.usage.totals()
-        lm = self.lm_calls.counts().since(self._lm0)
+        total_usage, total_lm = self.usage.totals(), self.lm_calls.counts()
+        usage, lm = total_usage.since(self._usage0), total_lm.since(self._lm0)
+        self._recorded_usage, self._recorded_lm = total_usage, total_lm
         record = StepRecord(
             step=state.i + 1,  # gepa's iteration number, so a resumed run continues the numbering
             kind=self._kind,
@@ -374,8 +386,11 @@ class StepRecorder(StepListener):
         self._new: list[int] = []
         self._proposals = 0
         self._improved = 0
-        self._usage0 = self.usage.totals()
-        self._lm0 = self.lm_calls.counts()
+        # A step's calls are those since the last record, not since its first event: with work in flight
+        # across steps (the asynchronous schedule), a call billed before the event that opens the next step
+        # belongs to that step, and the records' calls and dollars add up to the run's.
+        self._usage0 = self._recorded_usage or self.usage.totals()
+        self._lm0 = self._recorded_lm or self.lm_calls.counts()
         self._rollouts = 0
         self._rollout_failures = 0
         self._reflection_failures = 0

@@ -162,8 +162,8 @@ class AsyncSchedule(StepListener):
                 for proposal in queued:
                     self.notify.rejected(self.state, proposal, "the run's budget ended before its validation",
                                          "improved_not_selected")
-                if self.refused:  # the calls the drain was billed for, cut short without a step event, get a record
-                    self._start_window()
+                if self.live.recorder.calls_since_last_record():  # calls whose step event never came (a drain
+                    self._start_window()  # cut short by a cap, a reflection that returned as the run ended)
                 self._end_window()
                 self._save()
         if error is not None:
