@@ -288,6 +288,22 @@ class SecondReflectionHangs(sim.SimulatedLM):
         cls.released, cls.second_started, cls.calls = threading.Event(), threading.Event(), 0
 
 
+def run_with_the_second_reflection_hanging(tmp_path, seed, lm, reflection_lm, callback):
+    """A 2x1 async run whose budget (the seed on |val| = 10, two screenings of 6, one validation) leaves
+    one validation after both pipelines reflect; ``callback`` decides when the hanging reflection returns."""
+    SecondReflectionHangs.reset()
+    train, val, _ = sim.make_splits(seed=seed, train=20, val=10, test=1)
+    try:
+        with dspy.context(lm=lm):
+            result = BatchedGEPA(
+                metric=sim.metric, p=2, n=1, num_threads=4, max_metric_calls=32, schedule="async", seed=seed,
+                reflection_lm=reflection_lm, callbacks=[callback], log_dir=str(tmp_path),
+            ).compile(sim.seed_program(), trainset=train, valset=val).detailed_results
+    finally:
+        SecondReflectionHangs.released.set()
+    return result, val
+
+
 class ReleasedAtTheEnd(Heard):
     """Lets the hanging reflection return once the search has ended and waits until it has (and has been
     billed), so it bills its call after the run ended but before the run's result is read. Its thread then
@@ -314,20 +330,11 @@ def test_a_run_does_not_wait_for_a_reflection_whose_child_no_budget_is_left_to_v
     # pipeline's child improves (which one reflects first is up to the threads) and takes the one
     # validation left; whatever the hanging reflection proposes could not be validated: the run must not
     # wait for it.
-    SecondReflectionHangs.reset()
-    train, val, _ = sim.make_splits(seed=seed, train=20, val=10, test=1)
     lm, reflection_lm = sim.SimulatedLM(), SecondReflectionHangs()
     heard = ReleasedAtTheEnd(reflection_lm)
     started = time.perf_counter()
-    try:
-        with dspy.context(lm=lm):
-            result = BatchedGEPA(
-                metric=sim.metric, p=2, n=1, num_threads=4, max_metric_calls=32, schedule="async", seed=seed,
-                reflection_lm=reflection_lm, callbacks=[heard], log_dir=str(tmp_path),
-            ).compile(sim.seed_program(), trainset=train, valset=val).detailed_results
-        wall = time.perf_counter() - started
-    finally:
-        SecondReflectionHangs.released.set()
+    result, val = run_with_the_second_reflection_hanging(tmp_path, seed, lm, reflection_lm, heard)
+    wall = time.perf_counter() - started
     assert wall < 30 and SecondReflectionHangs.calls == 2  # returned with the second reflection in flight
     assert len(result.candidates) == 2 and result.total_metric_calls == 32 - 3  # its child was never screened
     ended = [e for name, e in heard.events if name == "on_proposal_decided" and e["outcome"] == "no_proposal"]
@@ -364,19 +371,9 @@ class ReleasedAsTheLastValidationEnds(Heard):
 @pytest.mark.parametrize("seed", [5, 6])
 def test_a_reflection_billed_as_the_run_ends_is_in_its_last_step_record(tmp_path, seed):
     # The run of the test above, but the second reflection returns as the one validation left ends.
-    SecondReflectionHangs.reset()
-    train, val, _ = sim.make_splits(seed=seed, train=20, val=10, test=1)
     priced = "openai/gpt-4o-mini"  # litellm knows its price: the records carry dollars
-    reflection_lm = SecondReflectionHangs(priced)
-    try:
-        with dspy.context(lm=sim.SimulatedLM(priced)):
-            result = BatchedGEPA(
-                metric=sim.metric, p=2, n=1, num_threads=4, max_metric_calls=32, schedule="async", seed=seed,
-                reflection_lm=reflection_lm, callbacks=[ReleasedAsTheLastValidationEnds()],
-                log_dir=str(tmp_path),
-            ).compile(sim.seed_program(), trainset=train, valset=val).detailed_results
-    finally:
-        SecondReflectionHangs.released.set()
+    result, val = run_with_the_second_reflection_hanging(
+        tmp_path, seed, sim.SimulatedLM(priced), SecondReflectionHangs(priced), ReleasedAsTheLastValidationEnds())
     assert SecondReflectionHangs.calls == 2 and len(result.candidates) == 2
     counts = result.lm_call_counts  # the call is counted once it ended: as the run's, or within a hair after it
     assert result.usage.lm_calls == counts.calls + counts.abandoned == result.total_metric_calls + 2
