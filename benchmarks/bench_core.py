@@ -2,7 +2,7 @@
 
 Regime (the paper's, scaled to one machine): reflection latency 4x a task call's,
 minibatch 3, |val| = 30, B = 600 metric calls, W = 16 workers. Every LM call goes
-through dspy.LM -> litellm -> HTTP to a server subprocess on loopback, which sleeps
+through dspy.LM -> HTTP (DSPy's default engine) to a server subprocess on loopback, which sleeps
 the configured latency and answers deterministically (dspy_pxn.simulation).
 
     python benchmarks/bench_core.py                      # full table, ~10 min

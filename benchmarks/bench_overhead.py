@@ -1,7 +1,7 @@
 """Driver overhead: rollouts per second and driver CPU per metric call at zero LM latency.
 
-With a zero-latency LM server (a subprocess on loopback, every call through dspy.LM ->
-litellm -> HTTP) nothing waits on a model, so the optimizer's own process is the
+With a zero-latency LM server (a subprocess on loopback, every call through dspy.LM -> HTTP, on
+DSPy's default engine or ``--engine litellm``) nothing waits on a model, so the optimizer's own process is the
 bottleneck: its CPU time per metric call is what it costs to hand out and collect one
 rollout, and it bounds the workers one driver can feed (W ≈ T_e / CPU per call).
 Side by side in one run: dspy.GEPA 1×1 and + gepa's PxNSampling, BatchedGEPA's step loop
@@ -14,7 +14,7 @@ and async schedule on threads and on a local Ray pool, at each W.
                                         # per-call overhead alone: a bare Predict on the in-process zero-latency LM
 
 ``--task light`` asks the same questions of a bare ``dspy.Predict`` (one output field, no reasoning);
-``--in-process`` answers with the simulated LM in this process instead of the server (no litellm,
+``--in-process`` answers with the simulated LM in this process instead of the server (no engine,
 no HTTP), so what is left per call is DSPy's own path and what the optimizer adds to it.
                                                                         # throughput as Ray actors are added
 
@@ -64,7 +64,7 @@ class Row:
 class InProcessLMs:
     """Stands in for the latency server: the same answers from ``SimulatedLM`` in this process, at zero latency."""
 
-    def lm(self, kind: str) -> dspy.BaseLM:
+    def lm(self, kind: str, **kw: object) -> dspy.BaseLM:
         return sim.SimulatedLM()
 
     def __enter__(self) -> Self:
@@ -75,7 +75,7 @@ class InProcessLMs:
 
 
 def make_optimizer(config: str, workers: int, server: LatencyServer | InProcessLMs, args, pool=None) -> dspy.Teleprompter:
-    common = dict(metric=sim.metric, max_metric_calls=args.budget, reflection_lm=server.lm("reflection"),
+    common = dict(metric=sim.metric, max_metric_calls=args.budget, reflection_lm=server.lm("reflection", **engine(args)),
                   num_threads=workers, use_merge=False, seed=0)
     shape = config.split()[1]
     p, n = map(int, shape.split("x"))
@@ -86,6 +86,11 @@ def make_optimizer(config: str, workers: int, server: LatencyServer | InProcessL
     schedule = "async" if "async" in config else "steps"
     return BatchedGEPA(**common, p=p, n=n, schedule=schedule, selection="all", mlflow=False,
                        pool=pool if ray_actors(config) else None)
+
+
+def engine(args) -> dict[str, str]:
+    """The ``dspy.LM`` keyword for ``--engine``: DSPy's default (native) takes none."""
+    return {} if args.engine == "native" else {"engine": args.engine}
 
 
 def ray_actors(config: str) -> int | None:
@@ -109,7 +114,7 @@ def run_one(config: str, workers: int, server: LatencyServer | InProcessLMs, arg
     """One compile; with a Ray config, ``pool`` is a RayWorkerPool with that config's actors."""
     train, val, _ = sim.make_splits(seed=0, train=args.train, val=args.val, test=1)
     optimizer = make_optimizer(config, workers, server, args, pool)
-    with dspy.context(lm=server.lm("task")):
+    with dspy.context(lm=server.lm("task", **engine(args))):
         cpu, start = time.process_time(), time.perf_counter()
         best = optimizer.compile(seed_program(args.task), trainset=train, valset=val)
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu
@@ -165,7 +170,9 @@ def main() -> None:
     parser.add_argument("--task", choices=("rules", "light"), default="rules",
                         help="rules: the simulated task's chain of thought; light: a bare Predict, tiny prompts")
     parser.add_argument("--in-process", action="store_true",
-                        help="answer with the in-process simulated LM (no litellm, no HTTP) instead of the server")
+                        help="answer with the in-process simulated LM (no engine, no HTTP) instead of the server")
+    parser.add_argument("--engine", choices=("native", "litellm"), default="native",
+                        help="the DSPy engine of the server's LMs: native (DSPy's default, lm15) or litellm")
     parser.add_argument("--repeats", type=int, default=3, help="rounds per W (median and range are printed)")
     parser.add_argument("--profile", action="store_true", help="sample the driver's stacks in one run per W")
     parser.add_argument("--out", default=str(RESULTS / "overhead.json"))

@@ -1,7 +1,7 @@
 """Runtime model vs measured wall-clock across a P×N sweep on the latency-injecting server.
 
 For each configuration, BatchedGEPA runs at equal budget (every call through dspy.LM ->
-litellm -> HTTP to the server on loopback) and writes its step log. The runtime model is then
+HTTP to the server on loopback) and writes its step log. The runtime model is then
 fitted three ways and asked to predict each run's wall-clock:
 
 - own fit: from that run's own step records (does the model's structure explain the run?);

@@ -27,7 +27,7 @@ benchmarks/results/schedules.json.
     python benchmarks/bench_schedules.py                                  # the issue's regime, 5 seeds
     python benchmarks/bench_schedules.py --scale 0.25 --seeds 3           # quicker, same shape
     python benchmarks/bench_schedules.py --workers 64 --budget 3000 --val 150 --configs ...   # the wide regime
-    python benchmarks/bench_schedules.py --server --parallel 1 --latencies fixed --configs ...  # through litellm + HTTP
+    python benchmarks/bench_schedules.py --server --parallel 1 --latencies fixed --configs ...  # over HTTP, on DSPy's default engine
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from gepa.strategies.proposal_sampling import PxNSampling
 from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
 from dspy_pxn import width as widths
-from dspy_pxn.budget import RunShape
+from dspy_pxn.ledger.budget import RunShape
 from dspy_pxn.cli.plan import ASSUMED_ACCEPTANCE
 from dspy_pxn.planning import RuntimeModel
 from dspy_pxn.planning.spread import batch_seconds, mean_factor, sigma_of, slowest_factor
@@ -129,14 +129,14 @@ def ray_pool(config: str, workers: int) -> Iterator[object | None]:
 @contextmanager
 def task_and_reflection_lms(args, landscape: str, latency: str, seed: int) -> Iterator[tuple[dspy.BaseLM, dspy.BaseLM]]:
     """In-process simulated LMs, or with ``--server`` dspy.LM clients of a latency server of the
-    same landscape and call times: every call then goes through litellm and HTTP on loopback."""
+    same landscape and call times: every call then goes over HTTP on loopback (DSPy's default engine)."""
     if not args.server:
         yield lm(args, landscape, latency, seed, "task"), lm(args, landscape, latency, seed, "reflection")
         return
     task_s = args.task_latency * args.scale
     with sim.LatencyServer(task_latency=task_s, reflection_latency=args.reflection_ratio * task_s,
                            landscape=landscape, latency=latency, seed=seed) as server:
-        server.warm_up()  # litellm's one-time start-up is not billed to the run
+        server.warm_up()  # the engine's one-time start-up is not billed to the run
         yield server.lm("task"), server.lm("reflection")
 
 
@@ -250,7 +250,7 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=2,
                         help="runs at once (they mostly sleep; every configuration of one seed runs together)")
     parser.add_argument("--server", action="store_true",
-                        help="every LM call through dspy.LM, litellm and HTTP to a latency server on loopback "
+                        help="every LM call through dspy.LM and HTTP to a latency server on loopback "
                              "(one per run) instead of in-process waits; use with --parallel 1")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "schedules.json"))
     args = parser.parse_args()

@@ -1,7 +1,7 @@
 """Draw every LM call of a step-loop run and of an async run, thread by thread (docs/assets/schedules_timeline.png).
 
 Both runs are real: BatchedGEPA 4×4 against the simulated model on loopback, every call through
-dspy.LM, litellm and HTTP, task calls of 0.2 s and reflections of 0.8 s, W = 16, 300 metric calls.
+dspy.LM and HTTP, task calls of 0.2 s and reflections of 0.8 s, W = 16, 300 metric calls.
 A DSPy callback records when each LM call starts and ends and in which thread; dashed lines mark
 where each StepRecord (a step, or an async window) ends.
 
@@ -93,7 +93,7 @@ def main() -> None:
     runs = {}
     for schedule, title in (("steps", 'schedule="steps"'), ("async", 'schedule="async"')):
         with sim.LatencyServer(task_latency=0.2, reflection_latency=0.8) as server:
-            server.warm_up()  # litellm's one-time set-up is not part of either run
+            server.warm_up()  # the engine's one-time set-up is not part of either run
             runs[title] = run(schedule, server, args)
     draw(runs, Path(args.out))
 

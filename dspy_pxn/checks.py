@@ -294,3 +294,20 @@ def schedule(schedule: str, *, use_merge: bool, use_wandb: bool, loop_only: Sequ
         raise ValueError("use_wandb=True logs from inside gepa's step loop, which schedule='async' does not run: "
                          "use use_mlflow=True, or schedule='steps'.")
     return schedule
+
+
+_warned_no_timeout: set[int] = set()
+
+
+def warn_if_no_timeout(role: str, lm: Any) -> None:
+    """Warn once per LM object when a dspy.LM has no ``timeout``: a hung request then holds a worker for up to
+    600 s per attempt on DSPy's native engine (its read timeout) and 6000 s on litellm's. Warned, not fixed: a
+    copy of the LM with a timeout would change its DSPy cache keys."""
+    if not isinstance(lm, dspy.LM) or lm.kwargs.get("timeout") is not None or id(lm) in _warned_no_timeout:
+        return
+    _warned_no_timeout.add(id(lm))
+    logger.warning(
+        "The %s LM %s has no timeout: a hung request holds a worker for up to 600 s per attempt on DSPy's native "
+        "engine (6000 s with engine='litellm'). Pass dspy.LM(..., timeout=60) (300-600 s for a slow reflection "
+        "model).", role, lm.model,
+    )

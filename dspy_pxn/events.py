@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from gepa.strategies.proposal_sampling import ProposalTask
 from typing_extensions import override
+
+if TYPE_CHECKING:  # a type only: the run's stop signal lives with its ledger
+    from dspy_pxn.ledger.ledger import RunStop
 
 __all__ = ["Phase", "StepEvents", "StepListener", "override"]
 
@@ -65,16 +68,16 @@ class StepEvents(StepListener):
 
     The lock is re-entrant and public: a schedule whose bookkeeping must land in the same
     step record as an event (the asynchronous one counts a screening's metric calls where
-    its rollouts are reported) does that bookkeeping under the same lock. A schedule that
-    returns without waiting for work still in flight (the asynchronous one's last reflections,
-    when no budget is left to validate their children) closes the events first: what that work
-    tells afterwards is not part of the run, and no listener hears it.
+    its rollouts are reported) does that bookkeeping under the same lock. Once the run's
+    ``stop`` says the search has returned (the asynchronous one may return without waiting for
+    its last reflections, when no budget is left to validate their children), what work still
+    in flight tells is not part of the run, and no listener hears it.
     """
 
-    def __init__(self, listeners: Sequence[StepListener] = ()):
+    def __init__(self, listeners: Sequence[StepListener] = (), stop: RunStop | None = None):
         self.lock = threading.RLock()
         self.listeners: list[StepListener] = []
-        self.closed = False
+        self.stop = stop
         for listener in listeners:
             self.add(listener)
 
@@ -87,14 +90,9 @@ class StepEvents(StepListener):
             position = self.listeners.index(before) if before is not None else len(self.listeners)
             self.listeners.insert(position, listener)
 
-    def close(self) -> None:
-        """No listener hears anything from now on."""
-        with self.lock:
-            self.closed = True
-
     def _tell(self, event: str, *args: Any) -> None:
         with self.lock:
-            if self.closed:
+            if self.stop is not None and self.stop.returned:
                 return
             for listener in self.listeners:
                 getattr(listener, event)(*args)

@@ -34,7 +34,7 @@ from gepa.core.state import GEPAState
 from gepa.proposer.base import CandidateProposal
 from gepa.strategies.acceptance import AcceptanceCriterion
 
-from dspy_pxn.caps import REFLECTING
+from dspy_pxn.ledger.ledger import REFLECTING
 from dspy_pxn.events import StepEvents
 from dspy_pxn.pools import WorkerPool
 from dspy_pxn.reflection import FEEDBACK_KEY

@@ -20,13 +20,13 @@ from dataclasses import asdict, dataclass, field
 from gepa.core.state import GEPAState
 from gepa.strategies.proposal_sampling import ProposalTask
 
-from dspy_pxn.budget import RunShape
-from dspy_pxn.caps import RunCaps
 from dspy_pxn.events import Phase, StepListener, override
-from dspy_pxn.limits import LMCallCounter, LMCallCounts
+from dspy_pxn.ledger.budget import RunShape
+from dspy_pxn.ledger.caps import RunCaps
+from dspy_pxn.ledger.ledger import RunLedger, Tally
+from dspy_pxn.ledger.pace import RunPace
 from dspy_pxn.pools import WorkerPool
 from dspy_pxn.strategies import pareto_front_programs
-from dspy_pxn.usage import UsageMeter, UsageTotals
 
 logger = logging.getLogger(__name__)
 
@@ -54,11 +54,14 @@ class StepRecord:
         reflection_failures: Reflection calls that proposed nothing.
         worker_utilisation: Busy worker-seconds over W × ``wall_s``.
         sibling_merged: Improving children merged into the validated candidate (``selection="merge"``).
-        lm_calls: LM calls billed in the step (calls answered from DSPy's cache are not), with
-            ``prompt_tokens``, ``completion_tokens`` and ``cost_usd`` (None while litellm knows no
-            price for the models); ``cost_usd_total`` is the run's so far.
-        lm_retries: LM attempts beyond the first of a call; ``lm_failures``: calls that failed after
-            their last retry.
+        lm_calls: LM calls billed since the previous record (the first record: since the run began,
+            the seed's validation included; calls answered from DSPy's cache are not billed), with
+            ``prompt_tokens``, ``completion_tokens`` and ``cost_usd`` (None while no price is known
+            for the models); ``cost_usd_total`` is the run's so far. The records add up to the run's
+            ``usage`` and ``lm_call_counts``.
+        lm_retries: Requests sent again after a failed attempt (a 429, a 5xx, a timeout), None where
+            DSPy does not tell them; ``lm_failures``: calls that failed after their last retry. The
+            steps' retries add up to the run's (``lm_call_counts.retries``).
         schedule: ``"steps"`` or ``"async"``.
         cost_usd_left: Dollars left of ``max_cost_usd`` after the step (None without a dollar cap);
             ``wall_s_left``: seconds left before ``max_wall_s`` (None without a deadline).
@@ -101,8 +104,9 @@ class StepRecord:
     completion_tokens: int = 0
     cost_usd: float | None = None  # None while litellm knows the price of no model used
     cost_usd_total: float | None = None  # the run's dollars so far, seed validation included
-    # LM retries (attempts beyond the first of a call) and LM calls that failed after their last retry.
-    lm_retries: int = 0
+    # LM retries (requests sent again after a failed attempt; None where DSPy does not tell them) and LM calls
+    # that failed after their last retry.
+    lm_retries: int | None = 0
     lm_failures: int = 0
     # Sibling merge (selection="merge"): improving children merged into the validated candidate, and its time.
     sibling_merged: int = 0
@@ -204,25 +208,19 @@ class StepRecorder(StepListener):
         n: int,
         shape: RunShape,
         pool: WorkerPool,
-        usage: UsageMeter,
-        lm_calls: LMCallCounter,
+        ledger: RunLedger,
+        pace: RunPace,
         sinks: Sequence[Callable[[StepRecord], None]] = (),
         schedule: str = "steps",
         caps: RunCaps | None = None,
     ):
         self.p, self.n, self.shape, self.schedule = p, n, shape, schedule
         self.pool = pool
-        self.usage = usage
-        self.lm_calls = lm_calls
-        self.caps = caps
-        self._run_t0 = time.perf_counter()  # the pace of this compile: since its start, what it spent
-        self._run_calls0: int | None = None
-        self._run_usd0 = caps.spent_usd if caps is not None else 0.0
+        self.ledger, self.pace, self.caps = ledger, pace, caps
         self.sinks = list(sinks)
         self.steps: list[StepRecord] = []
         self._lock = threading.Lock()
-        self._recorded_usage: UsageTotals | None = None  # the run's usage and LM calls at the last record
-        self._recorded_lm: LMCallCounts | None = None
+        self._recorded: Tally | None = None  # the ledger's tally at the last record
         self._reset(None)
 
     # -- step events --------------------------------------------------------------
@@ -242,7 +240,6 @@ class StepRecorder(StepListener):
     def evaluated(self, phase: Phase, seconds: float, rollouts: int, failures: int) -> None:
         with self._lock:
             self._phase_s[phase] = self._phase_s.get(phase, 0.0) + seconds
-            self._rollouts += rollouts
             self._rollout_failures += failures
 
     @override
@@ -284,22 +281,23 @@ class StepRecorder(StepListener):
             self._new.append(index)
 
     def calls_since_last_record(self) -> bool:
-        """Whether an LM call ended after the last record: a schedule that ends with such calls and no step
-        open (their events came too late to open one) writes one more record, so the last tells the run's
-        usage."""
-        if self._recorded_usage is None or self._recorded_lm is None:
+        """Whether an LM call ended or was billed after the last record: a schedule that ends with such calls and
+        no step open (their events came too late to open one) writes one more record, so the last tells the
+        run's usage."""
+        if self._recorded is None:
             return False
-        return (self.usage.totals().lm_calls > self._recorded_usage.lm_calls
-                or self.lm_calls.counts().attempts > self._recorded_lm.attempts)
+        now = self.ledger.tally()
+        return now.billed > self._recorded.billed or now.calls > self._recorded.calls
 
     def end(self, state: GEPAState) -> StepRecord:
         """The step is over: its record goes to ``steps`` and to every sink."""
         wall = time.perf_counter() - self._t0
         busy = self.pool.busy_seconds() - self._busy0
         scores = state.program_full_scores_val_set
-        total_usage, total_lm = self.usage.totals(), self.lm_calls.counts()
-        usage, lm = total_usage.since(self._usage0), total_lm.since(self._lm0)
-        self._recorded_usage, self._recorded_lm = total_usage, total_lm
+        total = self.ledger.tally()
+        step = total.since(self._tally0)
+        self._recorded = total
+        time_left = self.pace.time_left(state.total_num_evals, self.shape.budget, self.ledger, self.caps)
         record = StepRecord(
             step=state.i + 1,  # gepa's iteration number, so a resumed run continues the numbering
             kind=self._kind,
@@ -321,7 +319,7 @@ class StepRecorder(StepListener):
             reflection_s=self._phase_s.get("reflection", 0.0),
             screening_s=self._phase_s.get("screening", 0.0),
             validation_s=self._phase_s.get("validation", 0.0),
-            rollouts=self._rollouts,
+            rollouts=self.pace.rollouts - self._rollouts0,
             rollout_failures=self._rollout_failures,
             reflection_failures=self._reflection_failures,
             worker_utilisation=busy / (self.pool.num_workers * wall) if wall > 0 else 0.0,
@@ -330,19 +328,20 @@ class StepRecorder(StepListener):
             improved=self._improved,
             minibatch_size=self.shape.minibatch_size,
             val_size=self.shape.val_size,
-            lm_calls=usage.lm_calls,
-            prompt_tokens=usage.prompt_tokens,
-            completion_tokens=usage.completion_tokens,
-            cost_usd=usage.cost_usd,
-            cost_usd_total=total_usage.cost_usd,
-            lm_retries=lm.retries,
-            lm_failures=lm.failures,
+            lm_calls=step.billed,
+            prompt_tokens=step.prompt_tokens,
+            completion_tokens=step.completion_tokens,
+            cost_usd=step.task_usd + step.reflection_usd if total.cost_usd is not None else None,
+            cost_usd_total=total.cost_usd,
+            lm_retries=step.counts.retries if total.counts.retries is not None else None,
+            lm_failures=step.failures,
             sibling_merged=self._sibling_merged,
             sibling_merge_s=self._phase_s.get("sibling_merge", 0.0),
             schedule=self.schedule,
             cost_usd_left=self.caps.usd_left() if self.caps is not None else None,
             wall_s_left=self.caps.seconds_left() if self.caps is not None else None,
-            **dict(zip(("time_left_s", "time_left_budget"), self._time_left(state), strict=True)),
+            time_left_s=time_left[0],
+            time_left_budget=time_left[1],
         )
         self.steps.append(record)
         for sink in self.sinks:
@@ -353,32 +352,13 @@ class StepRecorder(StepListener):
         return record
 
     # -- internals ------------------------------------------------------------------
-    def _time_left(self, state: GEPAState) -> tuple[float | None, str | None]:
-        """Seconds until the first budget binds, at the pace this compile has kept, and its name."""
-        elapsed = time.perf_counter() - self._run_t0
-        if elapsed <= 0:
-            return None, None
-        estimates: dict[str, float] = {}
-        calls = state.total_num_evals - (self._run_calls0 or 0)
-        if calls > 0:
-            estimates["max_metric_calls"] = max(0, self.shape.budget - state.total_num_evals) * elapsed / calls
-        caps = self.caps
-        if caps is not None and (left := caps.usd_left()) is not None and caps.spent_usd > self._run_usd0:
-            estimates["max_cost_usd"] = left * elapsed / (caps.spent_usd - self._run_usd0)
-        if caps is not None and (seconds := caps.seconds_left()) is not None:
-            estimates["max_wall_s"] = seconds
-        if not estimates:
-            return None, None
-        first = min(estimates, key=estimates.__getitem__)
-        return estimates[first], first
-
     def _reset(self, state: GEPAState | None) -> None:
         self._t0 = time.perf_counter()
         self._started_at = time.time()
         self._busy0 = self.pool.busy_seconds()
         self._calls0 = state.total_num_evals if state is not None else 0
-        if state is not None and self._run_calls0 is None:
-            self._run_calls0 = state.total_num_evals  # the seed's validation (or a resumed run's calls) before
+        if state is not None:
+            self.pace.steps_begin(state.total_num_evals)  # the seed's validation (or a resumed run's calls) before
         self._kind = "reflective"
         self._phase_s: dict[str, float] = {}
         self._width = 0
@@ -389,9 +369,8 @@ class StepRecorder(StepListener):
         # A step's calls are those since the last record, not since its first event: with work in flight
         # across steps (the asynchronous schedule), a call billed before the event that opens the next step
         # belongs to that step, and the records' calls and dollars add up to the run's.
-        self._usage0 = self._recorded_usage or self.usage.totals()
-        self._lm0 = self._recorded_lm or self.lm_calls.counts()
-        self._rollouts = 0
+        self._tally0 = self._recorded or Tally()  # the first record's: everything since the run began (the seed's)
+        self._rollouts0 = self.pace.rollouts  # the step's rollouts are the run's since (one keeper: the pace)
         self._rollout_failures = 0
         self._reflection_failures = 0
         self._sibling_merged = 0

@@ -21,7 +21,7 @@ from dspy.teleprompt.gepa.instruction_proposal import InstructionProposer
 from dspy.utils.callback import BaseCallback
 from gepa.proposer.reflective_mutation.reflection_lm import ReflectionJob, ReflectionProposal
 
-from dspy_pxn.caps import REFLECTING
+from dspy_pxn.ledger.ledger import REFLECTING
 from dspy_pxn.events import StepEvents
 from dspy_pxn.pools import WorkerPool
 

@@ -6,9 +6,8 @@ from dataclasses import dataclass, field
 
 from dspy.teleprompt.gepa.gepa import DspyGEPAResult
 
-from dspy_pxn.limits import LMCallCounts
+from dspy_pxn.ledger.ledger import LMCallCounts, UsageTotals
 from dspy_pxn.records import StepRecord
-from dspy_pxn.usage import UsageTotals
 
 
 @dataclass(frozen=True)
@@ -26,10 +25,10 @@ class BatchedGEPAResult(DspyGEPAResult):
         test_score: The best program's mean score on ``testset``, or None without one.
         usage: LM calls, tokens and dollars of the search (``UsageTotals``).
         mlflow_run_id: The tracked run's id, or None when the run was not tracked.
-        lm_call_counts: LM calls, attempts, retries and failures of the search (``LMCallCounts``).
-            Both tell what the last step record tells: an async run may return with reflections in flight
-            whose children no budget is left to validate, and what their calls do after it ended is not
-            counted (``dspy_pxn.abandoned``).
+        lm_call_counts: LM calls, attempts, retries and failures of the search (``LMCallCounts``;
+            attempts and retries are None where DSPy does not tell them). Both tell what the last step
+            record tells: an async run may return with reflections in flight whose children no budget is
+            left to validate; those calls are ``abandoned``, in no other count (``dspy_pxn.ledger``).
         stopped_by: The budget that ended the search: ``"max_metric_calls"`` (no useful step fitted),
             ``"auto"`` (the proposals its level states were made), ``"max_cost_usd"``,
             ``"max_reflection_cost_usd"`` or ``"max_wall_s"``.

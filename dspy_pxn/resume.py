@@ -24,7 +24,7 @@ from typing import Any
 
 from gepa.core.state import GEPAState
 
-from dspy_pxn.budget import BudgetGuard
+from dspy_pxn.ledger.budget import BudgetGuard
 from dspy_pxn.strategies import SequentialMinibatchSampler
 
 logger = logging.getLogger(__name__)

@@ -20,7 +20,8 @@ from dspy.teleprompt.bootstrap_trace import FailedPrediction
 from dspy.teleprompt.gepa.gepa_flex_utils import _metric_scoring_kwargs
 from dspy.utils.exceptions import AdapterParseError
 
-from dspy_pxn import checks, usage
+from dspy_pxn import checks
+from dspy_pxn.ledger.ledger import RolloutUsage, RunLedger
 from dspy_pxn.memo import LruMemo
 
 logger = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ def run_rollout(
     trace_wanted = capture_trace or code_components
     with dspy.context(trace=[] if trace_wanted else None):
         try:
-            prediction = usage.call_program(program, example.inputs())
+            prediction = call_program(program, example.inputs())
         except AdapterParseError as error:
             if not trace_wanted:
                 return RolloutResult(Prediction(), failure_score, None, f"{type(error).__name__}: {error}")
@@ -161,3 +162,25 @@ def metric_fails_everywhere(results: Sequence[RolloutResult], metric: Callable[.
         f"examples: {results[0].error.removeprefix(METRIC_PROBLEM)}. Fix the metric so it returns a number "
         "(or dspy.Prediction(score=<number>, feedback=<text>)) and does not raise, then run again."
     )
+
+
+def call_program(program: Any, inputs: dict[str, Any]) -> Any:
+    """Call a program in a rollout the way DSPy's evaluators do, usage included.
+
+    With ``track_usage=True`` (``dspy.configure(track_usage=True)``; ``mlflow.dspy.autolog``
+    turns it on for the process) DSPy attaches each prediction's LM usage
+    (``pred.get_lm_usage()``, which cost-aware metrics read) only when no usage tracker is
+    active, and a run's ledger is one. So the rollout gets a tracker of its own, whose
+    totals are attached to the prediction as DSPy would attach them and whose entries the
+    run's ledger bills as they come: every call counted exactly, whatever the program returns.
+    """
+    ledger = dspy.settings.usage_tracker
+    if not (dspy.settings.track_usage and isinstance(ledger, RunLedger)):
+        return program(**inputs)
+    rollout = RolloutUsage(ledger)
+    with dspy.context(usage_tracker=rollout):
+        prediction = program(**inputs)
+    attach = getattr(program, "_set_lm_usage", None)  # dspy.Module's own: a Prediction, or (Prediction, trace)
+    if callable(attach):
+        attach(rollout.get_total_tokens(), prediction)
+    return prediction

@@ -1,8 +1,8 @@
 """One compile, from the optimizer's arguments to the program it returns, in three moves.
 
     run = Run.prepare(optimizer, student, trainset, valset)   every check and decision that needs no LM call
-    with run.resources() as live:                             the pool, usage meter, LM counter, tracked run,
-                                                              step recorder and adapter the search runs on
+    with run.resources() as live:                             the pool, ledger, caps, tracked run, step
+                                                              recorder and adapter the search runs on
         gepa_result = schedule.run(run, live)                 dspy_pxn.schedules
         program = run.result(gepa_result, live)               the best program, its held-out score and details
 
@@ -28,20 +28,23 @@ from dspy.teleprompt.gepa.gepa import DspyGEPAResult
 from gepa.core.result import GEPAResult
 from gepa.core.state import GEPAState
 
-from dspy_pxn import checks, components, limits, metrics, resume
+from dspy_pxn import checks, components, metrics, resume
 from dspy_pxn import selection as selections
 from dspy_pxn.adapter import BatchedAdapter
-from dspy_pxn.budget import AutoBudget, BudgetGuard, RunShape
-from dspy_pxn.caps import RunCaps
-from dspy_pxn.caps import installed as caps_installed
 from dspy_pxn.description import RunDescription, digest, lm_name
 from dspy_pxn.events import StepEvents
 from dspy_pxn.holdout import holdout_score
+from dspy_pxn.ledger import caps as caps_gate
+from dspy_pxn.ledger import feed, limiter
+from dspy_pxn.ledger.budget import AutoBudget, BudgetGuard, RunShape
+from dspy_pxn.ledger.caps import RunCaps
+from dspy_pxn.ledger.ledger import RunLedger, Tally, warn_if_answered_from_cache
+from dspy_pxn.ledger.pace import RunPace
+from dspy_pxn.ledger.prices import Price, use_bundled_price_maps
 from dspy_pxn.pools import ThreadWorkerPool, WorkerPool
 from dspy_pxn.records import StepLog, StepRecorder
 from dspy_pxn.result import BatchedGEPAResult
 from dspy_pxn.tracker import TrackedRun, around_compile, effective_tracker, quietly, start_tracked_run
-from dspy_pxn.usage import UsageMeter, warn_if_answered_from_cache
 from dspy_pxn.width import AUTO, auto_parents
 
 if TYPE_CHECKING:  # a type only: the optimizer builds a Run, a Run never calls back into it
@@ -67,7 +70,8 @@ class Run:
     description: RunDescription
     saved_state: GEPAState | None  # the state a resumed run continues, from log_dir
     p: int  # parents per step: the optimizer's p, or what p="auto" came to for this pool, budget and valset
-    caps: RunCaps | None  # the dollar and time caps every LM call of the search passes (they keep what is spent)
+    prices: dict[str, Price]  # every reachable LM's price, checked when a dollar cap needs them
+    earlier_usd: tuple[float, float]  # dollars (all, reflection) a resumed run had spent before this compile
 
     @property
     def schedule(self) -> str:
@@ -110,12 +114,11 @@ class Run:
         saved_state = resume.load_saved_state(optimizer.log_dir)
         if saved_state is not None:
             resume.check_resumable(saved_state, description.resume_settings(), optimizer.log_dir)
-        spent_usd, reflection_spent_usd = resume.saved_dollars(saved_state)
-        caps = RunCaps.for_run(optimizer.max_cost_usd, optimizer.max_reflection_cost_usd, optimizer.max_wall_s,
-                               limits.reachable_lms(dspy.settings.lm, reflection_lm, student),
-                               spent_usd=spent_usd, reflection_spent_usd=reflection_spent_usd)
+        use_bundled_price_maps()  # before the first LM call: no network but the user's LMs
+        prices = caps_gate.priced_for_caps(optimizer.max_cost_usd, optimizer.max_reflection_cost_usd,
+                                           feed.reachable_lms(dspy.settings.lm, reflection_lm, student))
         return cls(optimizer, student, trainset, valset, metric, seed, code, reflection_lm,
-                   shape, guard, description, saved_state, p, caps)
+                   shape, guard, description, saved_state, p, prices, resume.saved_dollars(saved_state))
 
     # ------------------------------------------------------------------------------ resources
     @contextmanager
@@ -129,28 +132,30 @@ class Run:
         tracked_run: TrackedRun | None = None
         try:
             stack.enter_context(around_compile())
-            usage, lm_calls = UsageMeter(), limits.LMCallCounter()
+            ledger, pace = RunLedger(self.prices, earlier_usd=self.earlier_usd), RunPace()
+            caps = (RunCaps(ledger, optimizer.max_cost_usd, optimizer.max_reflection_cost_usd, optimizer.max_wall_s, pace)
+                    if self.description.caps else None)
             tracker = effective_tracker(optimizer.tracker, optimizer.mlflow)
-            tracked_run = start_tracked_run(tracker, self.description, log_dir=optimizer.log_dir, usage=usage)
+            tracked_run = start_tracked_run(tracker, self.description, log_dir=optimizer.log_dir, ledger=ledger)
             log_dir = optimizer.log_dir or (tracked_run.log_dir if tracked_run is not None else None)
             step_log = StepLog(log_dir) if log_dir is not None else None
             recorder = StepRecorder(
-                self.p, self.n, self.shape, pool, usage, lm_calls, schedule=self.schedule, caps=self.caps,
+                self.p, self.n, self.shape, pool, ledger, pace, schedule=self.schedule, caps=caps,
                 sinks=[*([step_log] if step_log else []), *optimizer.step_sinks,
                        *([tracked_run.on_step] if tracked_run else [])],
             )
-            events = StepEvents([*([self.caps] if self.caps else []), recorder])
+            events = StepEvents([pace, recorder], stop=ledger.stop)
             adapter = self._adapter(pool, events)
             if self.saved_state is not None:
                 self._resume(adapter, recorder, step_log)
-            limits.warn_if_no_timeout("task", dspy.settings.lm)
-            limits.warn_if_no_timeout("reflection", self.reflection_lm)
+            checks.warn_if_no_timeout("task", dspy.settings.lm)
+            checks.warn_if_no_timeout("reflection", self.reflection_lm)
             run_lms = (dspy.settings.lm, self.reflection_lm, self.student)
-            with usage.active(), caps_installed(self.caps), limits.installed(optimizer.lm_limiter), \
-                    limits.counting(lm_calls, run_lms):
-                if self.caps is not None:
-                    self.caps.start(pool.num_workers)
-                yield Live(pool, usage, lm_calls, tracked_run, recorder, events, adapter,
+            with caps_gate.installed(caps), limiter.installed(optimizer.lm_limiter), feed.feeding(ledger, run_lms):
+                pace.start(pool.num_workers, ledger.spent_usd()[0])
+                if caps is not None:
+                    caps.start()
+                yield Live(pool, ledger, caps, pace, tracked_run, recorder, events, adapter,
                            gepa_callbacks=[*(tracked_run.gepa_callbacks if tracked_run else []), *optimizer.callbacks],
                            started=time.perf_counter())
         except BaseException as error:
@@ -198,20 +203,18 @@ class Run:
     def result(self, gepa_result: GEPAResult, live: Live) -> Module:
         """The best program, as dspy.GEPA returns it, with ``detailed_results`` when ``track_stats``."""
         optimizer = self.optimizer
-        if self.caps is not None:
-            self.caps.lift()  # the held-out score below is not the search's spending
-        wall_s, usage, lm_call_counts = time.perf_counter() - live.started, live.usage.totals(), live.lm_calls.counts()
-        stopped_by = self.stopped_by(gepa_result)
+        live.ledger.search_returned()  # the held-out score below is not the search's: it passes the caps, uncounted
+        wall_s, tally = time.perf_counter() - live.started, live.ledger.tally()
+        stopped_by = self.stopped_by(gepa_result, live.ledger)
         program = live.adapter.build_program(gepa_result.best_candidate)
-        limits.leave_uncounted(program)
-        seen = lm_call_counts.calls + lm_call_counts.abandoned  # one abandoned may be billed before the run ended
-        if uncounted := limits.uncounted_calls_warning(usage.lm_calls, seen):
-            logger.warning(uncounted)
+        feed.leave_unfed(program)
+        if tally.unheld:
+            logger.warning(unheld_calls_warning(tally))
         test_score = (holdout_score(program, optimizer.testset, self.metric, live.pool, optimizer.failure_score)
                       if optimizer.testset else None)
         metric_calls = getattr(gepa_result, "total_metric_calls", None)
         if isinstance(metric_calls, int):
-            warn_if_answered_from_cache(usage, metric_calls)
+            warn_if_answered_from_cache(tally.usage, metric_calls)
         details = None
         try:
             base = DspyGEPAResult.from_gepa_result(gepa_result, live.adapter)
@@ -222,7 +225,7 @@ class Run:
             details = BatchedGEPAResult(
                 **{f.name: getattr(base, f.name) for f in fields(DspyGEPAResult)},
                 steps=tuple(live.recorder.steps), budget=self.shape.budget, num_workers=live.pool.num_workers,
-                wall_s=wall_s, test_score=test_score, usage=usage, lm_call_counts=lm_call_counts,
+                wall_s=wall_s, test_score=test_score, usage=tally.usage, lm_call_counts=tally.counts,
                 mlflow_run_id=tracked_run_id(live.tracked_run), stopped_by=stopped_by,
             )
             if optimizer.track_stats:
@@ -231,16 +234,24 @@ class Run:
             quietly("finish", lambda: live.tracked_run.finish(program, details))
         return program
 
-    def stopped_by(self, gepa_result: GEPAResult) -> str:
+    def stopped_by(self, gepa_result: GEPAResult, ledger: RunLedger) -> str:
         """Which budget ended the search, said in the log."""
-        ended = self.caps.stopped_by if self.caps is not None else None
+        ended = ledger.stop.budget
         if ended is None:
             return "auto" if self.guard.max_proposals_total is not None and not self.guard.proposals_left() else (
                 "max_metric_calls")
         spent = getattr(gepa_result, "total_metric_calls", None)
+        dollars = f" (${ledger.spent_usd()[0]:.4f} spent)" if self.prices else ""
         logger.info("%s ended the run%s, after %s of %d metric calls; the best program found is returned.", ended,
-                    f" (${self.caps.spent_usd:.4f} spent)" if self.caps.counts_dollars else "", spent, self.shape.budget)
+                    dollars, spent, self.shape.budget)
         return ended
+
+
+def unheld_calls_warning(tally: Tally) -> str:
+    """Calls billed to the run by an LM it does not hold: their dollars count, their calls and retries cannot."""
+    return (f"{tally.unheld} LM calls came from an LM the program does not hold (a module-level LM or one made "
+            "in forward): their tokens and dollars are in the usage totals, but they are not in lm_call_counts. "
+            "Hold that LM on the program (predictor.set_lm(lm), or an attribute of a module) to count them.")
 
 
 def tracked_run_id(tracked_run: TrackedRun | None) -> str | None:
@@ -254,8 +265,9 @@ class Live:
     """A prepared run's parts while it runs; ``Run.resources`` starts and closes them."""
 
     pool: WorkerPool
-    usage: UsageMeter  # DSPy's usage tracker for the run: tokens and dollars
-    lm_calls: limits.LMCallCounter  # the run's LM calls, retries and failures
+    ledger: RunLedger  # the run's LM calls, tokens and dollars, and its stop signal
+    caps: RunCaps | None  # the dollar and time caps every LM call of the search passes
+    pace: RunPace  # rollouts and reflections so far, and how long they took
     tracked_run: TrackedRun | None
     recorder: StepRecorder  # one StepRecord per step, to the step log, the user's sinks and the tracked run
     events: StepEvents  # the step events, heard by the recorder (and whatever a schedule adds)

@@ -28,8 +28,8 @@ from gepa.strategies.component_selector import AllReflectionComponentSelector, R
 from gepa.strategies.proposal_sampling import ProposalTask
 from gepa.strategies.proposal_selection import SelectionStrategy
 
-from dspy_pxn.budget import BudgetGuard
-from dspy_pxn.caps import RunCaps
+from dspy_pxn.ledger.budget import BudgetGuard
+from dspy_pxn.ledger.caps import RunCaps
 from dspy_pxn.events import StepEvents
 
 # candidate_selection_strategy by name: how parents are drawn from the pool (gepa's selectors).
@@ -69,7 +69,7 @@ class ExactBudgetStopper:
 
 
 class CapsStopper:
-    """Stops before a step the run's dollars or deadline cannot pay for or finish (``dspy_pxn.caps``):
+    """Stops before a step the run's dollars or deadline cannot pay for or finish (``dspy_pxn.ledger.caps``):
     P·N screenings, their reflections and one validation, at what the run measured so far."""
 
     def __init__(self, caps: RunCaps, guard: BudgetGuard, width: int, workers: int):

@@ -31,8 +31,9 @@ from dspy.primitives import Example, Module
 from gepa.proposer.reflective_mutation.base import CandidateSelector
 from gepa.strategies.proposal_selection import SelectionStrategy
 
-from dspy_pxn import checks, limits, metrics
+from dspy_pxn import checks, metrics
 from dspy_pxn import selection as selections
+from dspy_pxn.ledger.limiter import LMCallLimiter, limiter_for
 from dspy_pxn.pools import WorkerPool
 from dspy_pxn.records import StepRecord
 from dspy_pxn.run import Run
@@ -165,8 +166,8 @@ class BatchedGEPA(dspy.GEPA):
             the Model Registry under this name; a re-run adds a version (implies ``mlflow=True``).
         max_concurrent_lm_calls: At most this many LM calls in progress at once, over the task,
             per-predictor and reflection LMs, whatever ``num_threads`` is (providers limit requests,
-            not workers); an ``LMCallLimiter`` shares one cap between runs. Default: no cap. Retries
-            and failures are counted either way.
+            not workers); an ``LMCallLimiter`` shares one cap between runs. Default: no cap. Calls,
+            retries and failures are counted either way (``detailed_results.lm_call_counts``).
         schedule: ``"steps"`` (gepa's step loop: each step waits for its slowest call) or ``"async"``
             (P·N proposal pipelines always in flight, no step barrier). Default: ``"async"`` above
             1×1, unless ``use_merge``, ``use_wandb`` or ``gepa_kwargs`` that only gepa's loop reads
@@ -175,8 +176,9 @@ class BatchedGEPA(dspy.GEPA):
             never spends more (each call's worst case is reserved before it is made, the
             ``max_tokens`` of every priced LM bounds it) and returns the best program found when the
             next piece of work does not fit. Whichever budget binds first ends the run
-            (``detailed_results.stopped_by``). Needs every LM's price in litellm's map
-            (``litellm.register_model``); models served on localhost cost 0. Default: no cap.
+            (``detailed_results.stopped_by``). Needs every LM's price in the price map DSPy ships (a
+            copy of litellm's), or registered with ``litellm.register_model``; models served on
+            localhost cost 0. Default: no cap.
         max_reflection_cost_usd: Dollars the reflection LM (reflections and sibling merges) may spend;
             gepa's ``max_reflection_cost`` in ``gepa_kwargs`` means the same. Default: no cap.
         max_wall_s: A deadline, in seconds from the start of the search: no work is started that the
@@ -233,7 +235,7 @@ class BatchedGEPA(dspy.GEPA):
         run_name: str | None = None,
         run_tags: dict[str, str] | None = None,
         registered_model_name: str | None = None,
-        max_concurrent_lm_calls: int | limits.LMCallLimiter | None = None,
+        max_concurrent_lm_calls: int | LMCallLimiter | None = None,
         schedule: Literal["steps", "async"] | None = None,
         max_cost_usd: float | None = None,
         max_reflection_cost_usd: float | None = None,
@@ -321,7 +323,7 @@ class BatchedGEPA(dspy.GEPA):
         self.pool = pool
         self.callbacks = list(callbacks)
         self.step_sinks = list(step_sinks)
-        self.lm_limiter = limits.limiter_for(max_concurrent_lm_calls)
+        self.lm_limiter = limiter_for(max_concurrent_lm_calls)
         # Above 1×1, what the user left open is chosen from the benchmarks (docs/benchmarks.md); the run says so.
         self.chosen_for_user = [name for name, value in (("schedule", schedule), ("selection", selection))
                                 if value is None and wide]

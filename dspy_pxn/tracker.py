@@ -27,7 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from dspy_pxn.description import RunDescription
 from dspy_pxn.records import StepRecord
-from dspy_pxn.usage import UsageMeter
+from dspy_pxn.ledger.ledger import RunLedger
 
 logger = logging.getLogger(__name__)
 
@@ -54,9 +54,10 @@ class TrackedRun(Protocol):
 
 @runtime_checkable
 class Tracker(Protocol):
-    """Starts a ``TrackedRun`` per compile. ``log_dir`` is the run's own, if it has one."""
+    """Starts a ``TrackedRun`` per compile. ``log_dir`` is the run's own, if it has one; ``usage`` is the run's
+    ledger (``usage.tally()``: its LM calls, tokens and dollars so far)."""
 
-    def start(self, description: RunDescription, *, log_dir: str | None, usage: UsageMeter) -> TrackedRun: ...
+    def start(self, description: RunDescription, *, log_dir: str | None, usage: RunLedger) -> TrackedRun: ...
 
 
 @dataclass(frozen=True)
@@ -156,12 +157,12 @@ def effective_tracker(chosen: Tracker | None, mlflow: bool | None) -> Tracker | 
 
 
 def start_tracked_run(tracker: Tracker | None, description: RunDescription, *, log_dir: str | None,
-                      usage: UsageMeter) -> TrackedRun | None:
+                      ledger: RunLedger) -> TrackedRun | None:
     """The tracker's run for this compile; None (and one warning) when the tracker fails to start one."""
     if tracker is None:
         return None
     try:
-        run = tracker.start(description, log_dir=log_dir, usage=usage)
+        run = tracker.start(description, log_dir=log_dir, usage=ledger)
     except TrackingArgumentError:
         raise
     except Exception as error:  # noqa: BLE001 - tracking never stops a search

@@ -30,7 +30,7 @@ dspy.GEPA 1×1 the held-out gap went from −0.025 / −0.032 to −0.011 / −0
 
 from __future__ import annotations
 
-from dspy_pxn.budget import RunShape
+from dspy_pxn.ledger.budget import RunShape
 
 AUTO = "auto"
 

@@ -3,7 +3,7 @@
     export OPENAI_API_KEY=...   DSPY_PXN_DATA_DIR=/path/to/shared/data
     python examples/optimize_math.py --p 2 --n 2 --workers 16 --budget 300
 
-Any litellm model works (--lm anthropic/claude-sonnet-4-5, ...), or the embedded model (--lm local).
+Any provider/model string dspy.LM takes works (--lm anthropic/claude-sonnet-4-5, ...), or the embedded model (--lm local).
 --api-base points both LMs at an OpenAI-compatible server (vLLM, llama-server, dspy-pxn's
 latency server); the tests run this script that way, with tiny sizes.
 """

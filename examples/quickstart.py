@@ -1,7 +1,7 @@
 """A real BatchedGEPA run in about half a minute, with no API key and no internet.
 
 The LM is dspy-pxn's latency-injecting server on loopback (a subprocess speaking the
-OpenAI API), reached through dspy.LM and litellm exactly like a hosted model. Its
+OpenAI API), reached through dspy.LM on DSPy's default engine exactly like a hosted model. Its
 answers depend on the instruction text, so GEPA has something real to improve.
 
     python examples/quickstart.py [--p 4 --n 4 --workers 16 --budget 400]

@@ -38,3 +38,15 @@ def mlflow_server():
     """A real `mlflow server` on loopback for the module's tests (sqlite store, local artifacts)."""
     with running_mlflow_server() as server:
         yield server
+
+
+# DSPy's engines an LM call can take. Native first: a plain dspy.LM("openai/...", api_base=...) with no
+# engine= argument goes through DSPy's own lm15 client, which is what users run.
+ENGINES = {"native": {}, "litellm": {"engine": "litellm"}}
+
+
+@pytest.fixture(params=list(ENGINES))
+def engine(request) -> dict[str, str]:
+    """The ``dspy.LM`` keyword that picks the engine, for a test about LM calls to run on each:
+    ``server.lm("task", **engine)``."""
+    return ENGINES[request.param]

@@ -112,7 +112,7 @@ RUN_SCRIPT = textwrap.dedent('''
     url, log_dir = sys.argv[1], sys.argv[2]
     def lm(kind):
         return dspy.LM(f"openai/sim-{kind}", api_base=url, api_key="sim", cache=False, temperature=0.0,
-                       num_retries=0, engine="litellm")
+                       num_retries=0)
     train, val, _ = sim.make_splits(seed=0, train=24, val=8, test=1)
     with dspy.context(lm=lm("task")):
         BatchedGEPA(metric=sim.metric, reflection_lm=lm("reflection"), log_dir=log_dir, p=2, n=2,
@@ -333,7 +333,7 @@ def test_a_run_does_not_wait_for_a_reflection_whose_child_no_budget_is_left_to_v
     lm, reflection_lm = sim.SimulatedLM(), SecondReflectionHangs()
     heard = ReleasedAtTheEnd(reflection_lm)
     started = time.perf_counter()
-    result, val = run_with_the_second_reflection_hanging(tmp_path, seed, lm, reflection_lm, heard)
+    result, _ = run_with_the_second_reflection_hanging(tmp_path, seed, lm, reflection_lm, heard)
     wall = time.perf_counter() - started
     assert wall < 30 and SecondReflectionHangs.calls == 2  # returned with the second reflection in flight
     assert len(result.candidates) == 2 and result.total_metric_calls == 32 - 3  # its child was never screened
@@ -348,7 +348,7 @@ def test_a_run_does_not_wait_for_a_reflection_whose_child_no_budget_is_left_to_v
     assert [r.step for r in records] == [s.step for s in result.steps]
     assert result.usage.lm_calls == result.lm_call_counts.calls == result.total_metric_calls + 1  # and one reflection
     assert result.lm_call_counts.abandoned == 1
-    assert sum(step.lm_calls for step in result.steps) + len(val) == result.usage.lm_calls
+    assert sum(step.lm_calls for step in result.steps) == result.usage.lm_calls  # the first has the seed's
 
 
 class ReleasedAsTheLastValidationEnds(Heard):
@@ -360,11 +360,11 @@ class ReleasedAsTheLastValidationEnds(Heard):
     def on_iteration_end(self, event):
         self.events.append(("on_iteration_end", event))
         if event["proposal_accepted"] and not SecondReflectionHangs.released.is_set():
-            meter = dspy.settings.usage_tracker  # the run's: gepa's callbacks are told in the search's context
-            billed = meter.totals().lm_calls
+            ledger = dspy.settings.usage_tracker  # the run's: gepa's callbacks are told in the search's context
+            billed = ledger.tally().billed
             SecondReflectionHangs.released.set()
             deadline = time.perf_counter() + 30
-            while meter.totals().lm_calls == billed and time.perf_counter() < deadline:
+            while ledger.tally().billed == billed and time.perf_counter() < deadline:
                 time.sleep(0.01)
 
 
@@ -372,11 +372,11 @@ class ReleasedAsTheLastValidationEnds(Heard):
 def test_a_reflection_billed_as_the_run_ends_is_in_its_last_step_record(tmp_path, seed):
     # The run of the test above, but the second reflection returns as the one validation left ends.
     priced = "openai/gpt-4o-mini"  # litellm knows its price: the records carry dollars
-    result, val = run_with_the_second_reflection_hanging(
+    result, _ = run_with_the_second_reflection_hanging(
         tmp_path, seed, sim.SimulatedLM(priced), SecondReflectionHangs(priced), ReleasedAsTheLastValidationEnds())
     assert SecondReflectionHangs.calls == 2 and len(result.candidates) == 2
     counts = result.lm_call_counts  # the call is counted once it ended: as the run's, or within a hair after it
     assert result.usage.lm_calls == counts.calls + counts.abandoned == result.total_metric_calls + 2
-    assert sum(step.lm_calls for step in result.steps) + len(val) == result.usage.lm_calls
+    assert sum(step.lm_calls for step in result.steps) == result.usage.lm_calls  # the first has the seed's
     assert result.steps[-1].cost_usd_total == pytest.approx(result.usage.cost_usd)
     assert [r.cost_usd_total for r in read_step_log(str(tmp_path))] == [s.cost_usd_total for s in result.steps]

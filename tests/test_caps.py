@@ -1,4 +1,4 @@
-"""Budgets in dollars and a deadline, against the latency server: every call over HTTP, priced with litellm.
+"""Budgets in dollars and a deadline, against the latency server: every call over HTTP, on each DSPy engine.
 
 The server bills what a provider would (its own token counts per model, ``stats()["tokens"]``), so
 "never over the cap" and "dollars exact" are checked against the server's bill, not our own count.
@@ -56,22 +56,22 @@ def billed(stats: dict, model: str | None = None) -> float:
     return total
 
 
-def compile_priced(server, *, schedule="async", p=4, budget=3000, val=8, seed=0, log_dir=None, **caps):
+def compile_priced(server, engine, *, schedule="async", p=4, budget=3000, val=8, seed=0, log_dir=None, **caps):
     server.reset_stats()
     train, valset, _ = sim.make_splits(seed=seed, train=40, val=val, test=1)
     optimizer = BatchedGEPA(
         metric=sim.metric, p=p, n=1, max_metric_calls=budget, num_threads=12, schedule=schedule, seed=seed,
-        log_dir=log_dir, reflection_lm=server.lm("priced-reflection", max_tokens=300, temperature=1.0), **caps,
+        log_dir=log_dir, reflection_lm=server.lm("priced-reflection", max_tokens=300, temperature=1.0, **engine), **caps,
     )
-    with dspy.context(lm=server.lm("priced-task", max_tokens=150)):
+    with dspy.context(lm=server.lm("priced-task", max_tokens=150, **engine)):
         result = optimizer.compile(sim.seed_program(), trainset=train, valset=valset).detailed_results
     return result, server.stats()
 
 
 @pytest.mark.parametrize("schedule", ["async", "steps"])
 @pytest.mark.parametrize(("seed", "cap"), [(0, 0.02), (1, 0.035), (2, 0.05)])
-def test_a_dollar_cap_is_never_exceeded_and_the_dollars_are_exact(server, schedule, seed, cap):
-    result, stats = compile_priced(server, schedule=schedule, seed=seed, max_cost_usd=cap)
+def test_a_dollar_cap_is_never_exceeded_and_the_dollars_are_exact(server, schedule, seed, cap, engine):
+    result, stats = compile_priced(server, engine, schedule=schedule, seed=seed, max_cost_usd=cap)
     spent = billed(stats)
     assert spent <= cap
     assert result.stopped_by == "max_cost_usd"  # the metric-call budget is far from binding
@@ -83,16 +83,16 @@ def test_a_dollar_cap_is_never_exceeded_and_the_dollars_are_exact(server, schedu
 
 
 @pytest.mark.parametrize("schedule", ["async", "steps"])
-def test_the_metric_call_budget_still_ends_the_run_when_it_binds_first(server, schedule):
-    result, stats = compile_priced(server, schedule=schedule, budget=60, max_cost_usd=10.0)
+def test_the_metric_call_budget_still_ends_the_run_when_it_binds_first(server, schedule, engine):
+    result, stats = compile_priced(server, engine, schedule=schedule, budget=60, max_cost_usd=10.0)
     assert result.stopped_by == "max_metric_calls"
     assert result.total_metric_calls <= 60 and billed(stats) < 10.0
 
 
 @pytest.mark.parametrize("schedule", ["async", "steps"])
-def test_a_reflection_cap_holds_the_reflection_lm_alone(server, schedule):
+def test_a_reflection_cap_holds_the_reflection_lm_alone(server, schedule, engine):
     cap = 0.004
-    result, stats = compile_priced(server, schedule=schedule, max_reflection_cost_usd=cap)
+    result, stats = compile_priced(server, engine, schedule=schedule, max_reflection_cost_usd=cap)
     assert billed(stats, "sim-priced-reflection") <= cap
     assert result.stopped_by == "max_reflection_cost_usd"
     assert billed(stats, "sim-priced-task") > 0
@@ -114,45 +114,45 @@ def test_a_cap_that_is_not_a_positive_number_is_refused_by_name(argument, value)
         BatchedGEPA(metric=sim.metric, reflection_lm=sim.SimulatedLM(), max_metric_calls=100, **{argument: value})
 
 
-def test_a_model_litellm_cannot_price_is_refused_before_any_call(server):
+def test_a_model_no_price_map_knows_is_refused_before_any_call(server):
     unknown = dspy.LM("openai/model-nobody-priced", api_base="https://llm.example.com/v1", api_key="k",
                       max_tokens=100)
     train, val, _ = sim.make_splits(seed=0, train=10, val=4, test=1)
     server.reset_stats()
-    with dspy.context(lm=unknown), pytest.raises(ValueError, match=r"litellm\.register_model.*cost_per_token"):
+    with dspy.context(lm=unknown), pytest.raises(ValueError, match=r"price map.*litellm\.register_model.*cost_per_token"):
         BatchedGEPA(metric=sim.metric, reflection_lm=server.lm("priced-reflection", max_tokens=300),
                     max_metric_calls=100, max_cost_usd=1.0).compile(sim.seed_program(), trainset=train, valset=val)
     assert server.stats()["requests"]["calls"]["total"] == 0
 
 
-def test_a_priced_model_without_max_tokens_is_refused_naming_it(server):
+def test_a_priced_model_without_max_tokens_is_refused_naming_it(server, engine):
     train, val, _ = sim.make_splits(seed=0, train=10, val=4, test=1)
-    with dspy.context(lm=server.lm("priced-task")), pytest.raises(ValueError, match=r"max_tokens=\.\.\."):
-        BatchedGEPA(metric=sim.metric, reflection_lm=server.lm("priced-reflection", max_tokens=300),
+    with dspy.context(lm=server.lm("priced-task", **engine)), pytest.raises(ValueError, match=r"max_tokens=\.\.\."):
+        BatchedGEPA(metric=sim.metric, reflection_lm=server.lm("priced-reflection", max_tokens=300, **engine),
                     max_metric_calls=100, max_cost_usd=1.0).compile(sim.seed_program(), trainset=train, valset=val)
 
 
-def test_a_model_served_on_localhost_costs_nothing(server):
+def test_a_model_served_on_localhost_costs_nothing(server, engine):
     """An unregistered model at a loopback api_base is priced at 0: the cap never binds."""
     train, val, _ = sim.make_splits(seed=0, train=30, val=6, test=1)
-    with dspy.context(lm=server.lm("local-task")):
-        result = BatchedGEPA(metric=sim.metric, p=2, reflection_lm=server.lm("local-reflection"), num_threads=8,
+    with dspy.context(lm=server.lm("local-task", **engine)):
+        result = BatchedGEPA(metric=sim.metric, p=2, reflection_lm=server.lm("local-reflection", **engine), num_threads=8,
                              max_metric_calls=80, max_cost_usd=0.000001).compile(
             sim.seed_program(), trainset=train, valset=val).detailed_results
     assert result.stopped_by == "max_metric_calls"
 
 
-def test_a_cap_that_cannot_pay_for_the_seeds_validation_says_so(server):
+def test_a_cap_that_cannot_pay_for_the_seeds_validation_says_so(server, engine):
     with pytest.raises(ValueError, match="ran out while the seed program was scored on the valset"):
-        compile_priced(server, max_cost_usd=0.0005)
+        compile_priced(server, engine, max_cost_usd=0.0005)
 
 
 @pytest.mark.parametrize("schedule", ["async", "steps"])
-def test_a_deadline_is_met_within_one_calls_latency(priced, schedule):
+def test_a_deadline_is_met_within_one_calls_latency(priced, schedule, engine):
     deadline, reflection_latency = 3.0, 0.5
     with LatencyServer(task_latency=0.25, reflection_latency=reflection_latency) as slow:
         started = time.perf_counter()
-        result, _ = compile_priced(slow, schedule=schedule, budget=5000, max_wall_s=deadline)
+        result, _ = compile_priced(slow, engine, schedule=schedule, budget=5000, max_wall_s=deadline)
         elapsed = time.perf_counter() - started
     assert result.stopped_by == "max_wall_s"
     # The search ends within one call of the deadline (plus the driver's own bookkeeping on a busy machine).
@@ -162,17 +162,17 @@ def test_a_deadline_is_met_within_one_calls_latency(priced, schedule):
 
 
 @pytest.mark.parametrize("schedule", ["async", "steps"])
-def test_a_resumed_run_keeps_the_dollars_it_had_spent(server, tmp_path, schedule):
+def test_a_resumed_run_keeps_the_dollars_it_had_spent(server, tmp_path, schedule, engine):
     log_dir = str(tmp_path / "run")
-    first, first_stats = compile_priced(server, schedule=schedule, log_dir=log_dir, max_cost_usd=0.015)
+    first, first_stats = compile_priced(server, engine, schedule=schedule, log_dir=log_dir, max_cost_usd=0.015)
     first_spent = billed(first_stats)
     assert first.stopped_by == "max_cost_usd"
     assert saved_dollars(GEPAState.load(log_dir))[0] == pytest.approx(first_spent, rel=1e-9)
     # The same cap again: nothing is left to spend beyond a call or two's worth, so the run ends at once.
-    again, again_stats = compile_priced(server, schedule=schedule, log_dir=log_dir, max_cost_usd=0.015)
+    again, again_stats = compile_priced(server, engine, schedule=schedule, log_dir=log_dir, max_cost_usd=0.015)
     assert first_spent + billed(again_stats) <= 0.015
     # A larger cap continues from what was spent, and the two runs together stay within it.
-    more, more_stats = compile_priced(server, schedule=schedule, log_dir=log_dir, max_cost_usd=0.03)
+    more, more_stats = compile_priced(server, engine, schedule=schedule, log_dir=log_dir, max_cost_usd=0.03)
     total = first_spent + billed(again_stats) + billed(more_stats)
     assert total <= 0.03 and billed(more_stats) > 0
     assert saved_dollars(GEPAState.load(log_dir))[0] == pytest.approx(total, rel=1e-9)
@@ -207,7 +207,7 @@ def test_dollar_cap_property(priced, schedule, p, n, workers, cap, seed, selecti
 @pytest.mark.parametrize(("level", "minibatch", "p"), [("light", 1, 1), ("light", 3, 4), ("medium", 5, 2),
                                                       ("light", 4, 4)])
 def test_auto_makes_the_proposals_it_states_for_every_minibatch_size(schedule, level, minibatch, p, caplog):
-    from dspy_pxn.budget import PROPOSALS_PER_COMPONENT
+    from dspy_pxn.ledger.budget import PROPOSALS_PER_COMPONENT
 
     train, val, _ = sim.make_splits(seed=0, train=40, val=6, test=1)
     proposals = -(-PROPOSALS_PER_COMPONENT[level] // p) * p  # one component, in whole steps of P
@@ -221,10 +221,10 @@ def test_auto_makes_the_proposals_it_states_for_every_minibatch_size(schedule, l
     assert any(f"auto={level!r}: {proposals} proposals" in r.getMessage() for r in caplog.records)
 
 
-def test_mlflow_shows_the_dollars_and_time_left_and_which_budget_ended_the_run(server, tmp_path):
+def test_mlflow_shows_the_dollars_and_time_left_and_which_budget_ended_the_run(server, tmp_path, engine):
     mlflow = pytest.importorskip("mlflow")
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    result, stats = compile_priced(server, max_cost_usd=0.03, max_wall_s=600, tracking_uri=uri, experiment="caps")
+    result, stats = compile_priced(server, engine, max_cost_usd=0.03, max_wall_s=600, tracking_uri=uri, experiment="caps")
     client = mlflow.MlflowClient(uri)
     run = client.get_run(result.mlflow_run_id)
     assert run.data.tags["dspy_pxn.stopped_by"] == "max_cost_usd"

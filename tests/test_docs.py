@@ -49,14 +49,14 @@ def provider():
 
 
 def loopback_lm_class(server: sim.LatencyServer) -> type:
-    """``dspy.LM`` for a snippet: any model it names is the simulated server, through litellm and HTTP."""
+    """``dspy.LM`` for a snippet: any model it names is the simulated server, over HTTP on DSPy's default engine."""
     real = dspy.LM
 
     class Loopback(real):
         def __init__(self, model: str, **kwargs):
             kept = {k: v for k, v in kwargs.items() if k in ("temperature", "max_tokens", "timeout", "num_retries")}
             super().__init__("openai/sim-" + model.rsplit("/", 1)[-1], api_base=server.base_url, api_key="sim",
-                             cache=False, engine="litellm", **kept)
+                             cache=False, **kept)
 
     return Loopback
 

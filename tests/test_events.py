@@ -3,6 +3,7 @@
 import pytest
 
 from dspy_pxn.events import StepEvents, StepListener, override
+from dspy_pxn.ledger.ledger import RunLedger
 
 
 class Heard(StepListener):
@@ -25,11 +26,11 @@ def test_every_listener_hears_an_event_in_order_and_the_others_are_no_ops():
     assert log == [("zeroth", "screening", 6, 1), ("first", "screening", 6, 1), ("second", "screening", 6, 1)]
 
 
-def test_closed_events_are_heard_by_no_one():
-    log = []
-    events = StepEvents([Heard("first", log)])
+def test_events_after_the_search_returned_are_heard_by_no_one():
+    log, ledger = [], RunLedger()
+    events = StepEvents([Heard("first", log)], stop=ledger.stop)
     events.evaluated("screening", 0.1, 6, 0)
-    events.close()  # a schedule returned with work in flight: what that work tells is not part of the run
+    ledger.search_returned()  # a schedule returned with work in flight: what that work tells is not part of the run
     events.evaluated("validation", 0.1, 10, 0)
     assert log == [("first", "screening", 6, 0)]
 

@@ -1,4 +1,4 @@
-"""A run counts its LM calls at the LMs it reaches, not through a context-wide DSPy callback.
+"""A run counts its LM calls in its ledger, fed at the LMs it reaches, not through a context-wide DSPy callback.
 
 What must hold: every call of every LM the run reaches is counted exactly once (the context's
 LM, a predictor's own LM, the reflection LM), a call from outside the run is not, two runs
@@ -8,6 +8,7 @@ program afterwards, and an LM the program does not hold is reported, not silentl
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import logging
 import pickle
@@ -16,9 +17,10 @@ import threading
 import dspy
 import pytest
 
-from dspy_pxn import BatchedGEPA, abandoned, limits
+from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
-from dspy_pxn.usage import UsageMeter
+from dspy_pxn.ledger import feed
+from dspy_pxn.ledger.ledger import RunLedger
 
 BUDGET = 120
 
@@ -31,7 +33,7 @@ def compile_sim(program, splits, reflection_lm, **kwargs):
 
 
 def carries_the_callback(lm) -> bool:
-    return any(c is limits.COUNT_AT_THE_LM for c in getattr(lm, "callbacks", []))
+    return any(c is feed.FEED for c in getattr(lm, "callbacks", []))
 
 
 def calls(lm, kind="total") -> int:
@@ -50,7 +52,7 @@ def test_every_lm_the_run_reaches_is_counted_once_and_none_keeps_the_callback(sp
     # (an async run may return without reflections that could no longer count: ``abandoned``, in no other count)
     assert counts.calls + counts.abandoned == calls(own_lm) + calls(reflection_lm) > best.detailed_results.total_metric_calls
     assert counts.failures == 0
-    leftovers = [lm for lm in (context_lm, own_lm, reflection_lm, *limits.reachable_lms(best))
+    leftovers = [lm for lm in (context_lm, own_lm, reflection_lm, *feed.reachable_lms(best))
                  if carries_the_callback(lm)]
     assert leftovers == []
     assert not dspy.settings.callbacks  # nothing context-wide was installed or left behind
@@ -78,31 +80,31 @@ def test_two_runs_sharing_one_lm_each_count_their_own_calls(splits):
     assert not carries_the_callback(shared)
 
 
-def test_a_call_from_outside_the_run_reaches_no_counter_of_the_run():
-    lm, counter = sim.SimulatedLM(), limits.LMCallCounter()
+def test_a_call_from_outside_the_run_reaches_no_ledger_of_the_run():
+    lm, ledger = sim.SimulatedLM(), RunLedger()
     predict = dspy.Predict("question -> answer")
     predict.set_lm(lm)
     outside = threading.Thread(target=lambda: predict(question="Apply rule zorp to 1."))
-    with limits.counting(counter, [lm]):
+    with feed.feeding(ledger, [lm]):
         assert carries_the_callback(lm)
         outside.start()  # a thread started without the run's context: the user's own work
         outside.join()
         predict(question="Apply rule zorp to 2.")
-    assert (counter.counts().calls, calls(lm)) == (1, 2)
+    assert (ledger.tally().calls, ledger.tally().billed, calls(lm)) == (1, 1, 2)
     assert not carries_the_callback(lm)
 
 
 def test_copies_made_during_a_run_carry_one_callback_that_pickles_by_name_and_can_be_taken_off():
-    lm, counter = sim.SimulatedLM(), limits.LMCallCounter()
+    lm, ledger = sim.SimulatedLM(), RunLedger()
     program = dspy.Predict("question -> answer")
     program.set_lm(lm)
-    with limits.counting(counter, [program]):
+    with feed.feeding(ledger, [program]):
         copied = program.deepcopy()
         assert copied.lm is not lm and carries_the_callback(copied.lm)
-        assert pickle.loads(pickle.dumps(limits.COUNT_AT_THE_LM)) is limits.COUNT_AT_THE_LM
-        assert copy.deepcopy(limits.COUNT_AT_THE_LM) is limits.COUNT_AT_THE_LM
-        limits.leave_uncounted(copied)
-        limits.leave_uncounted(program)  # still counted by the run: it keeps the callback
+        assert pickle.loads(pickle.dumps(feed.FEED)) is feed.FEED
+        assert copy.deepcopy(feed.FEED) is feed.FEED
+        feed.leave_unfed(copied)
+        feed.leave_unfed(program)  # still fed on by the run: it keeps the callback
         assert not carries_the_callback(copied.lm) and carries_the_callback(lm)
     assert not carries_the_callback(lm)
 
@@ -158,23 +160,20 @@ def test_calls_made_in_dspy_parallel_threads_inside_a_program_are_counted(splits
 
 
 def test_calls_a_run_returned_without_count_only_if_they_ended_before_it_did():
-    counter, meter, ended = limits.LMCallCounter(), UsageMeter(), threading.Event()
+    ledger = RunLedger()
     billed = {"prompt_tokens": 10, "completion_tokens": 5}
-    with abandoned.abandonable(ended.is_set):
-        for call in ("done before", "open at the end", "done after"):
-            counter.on_lm_start(call, None, {})
-            counter._count_attempt(call)
-        counter.on_lm_end("done before", None)
-        meter.add_usage("openai/sim", billed)
-        assert (counter.counts().calls, counter.counts().abandoned, meter.totals().lm_calls) == (3, 0, 1)
-        ended.set()
-        meter.add_usage("openai/sim", billed)
-        counter.on_lm_end("done after", None)
-    counter.on_lm_start("another thread's call", None, {})  # outside the block: always the run's
-    counter._count_attempt("another thread's call")
-    counter.on_lm_end("another thread's call", None)
-    counts = counter.counts()
-    assert (counts.calls, counts.attempts, counts.retries, counts.abandoned) == (2, 2, 0, 2)
-    assert meter.totals().lm_calls == 1
-    counter.on_lm_end("open at the end", None)
-    assert counter.counts() == counts
+    contexts = {name: contextvars.copy_context() for name in ("done before", "open at the end", "done after")}
+    for name, context in contexts.items():  # each call in a thread (context) of its own, as pool tasks are
+        context.run(ledger.call_started, name, "openai/sim")
+    contexts["done before"].run(ledger.add_usage, "openai/sim", billed)
+    contexts["done before"].run(ledger.call_ended, "done before", None)
+    assert (ledger.tally().calls, ledger.tally().billed, ledger.tally().in_flight) == (1, 1, 2)
+    ledger.search_returned()
+    contexts["done after"].run(ledger.add_usage, "openai/sim", billed)  # billed after the run returned: not its
+    contexts["done after"].run(ledger.call_ended, "done after", None)
+    contextvars.copy_context().run(ledger.call_started, "started after", "openai/sim")
+    tally = ledger.tally()
+    assert (tally.calls, tally.billed, tally.abandoned, tally.in_flight) == (1, 1, 3, 0)
+    assert (tally.counts.calls + tally.counts.abandoned, tally.usage.lm_calls) == (4, 1)
+    contexts["open at the end"].run(ledger.call_ended, "open at the end", None)
+    assert ledger.tally() == tally

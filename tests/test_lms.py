@@ -110,14 +110,14 @@ def test_missing_api_key_names_the_env_var(monkeypatch):
         build_lm("anthropic/claude-sonnet-4-5", role="reflection")
 
 
-def test_api_lm_goes_through_litellm_with_role_defaults_and_no_key_in_logs(monkeypatch, caplog):
+def test_api_lm_takes_dspys_default_engine_with_role_defaults_and_no_key_in_logs(monkeypatch, caplog):
     secret = "sk-test-do-not-log-123456"
     monkeypatch.setenv("OPENAI_API_KEY", secret)
     with caplog.at_level(logging.DEBUG):
         task = build_lm("openai/gpt-4.1-mini")
         refl = build_lm("openai/gpt-4.1-mini", role="reflection", api_key=secret)
     assert isinstance(task, dspy.LM) and task.model == "openai/gpt-4.1-mini"
-    assert task._engine_spec == "litellm"
+    assert task._engine_spec == "auto"  # DSPy's default, as a user's own dspy.LM(...) gets it
     assert refl.kwargs["temperature"] == 1.0 and refl.kwargs["max_tokens"] == 16000
     assert secret not in caplog.text
 
@@ -233,7 +233,7 @@ def test_real_server_predict_through_litellm_then_stops(real_cache):
         pid = server.pid
         assert pid and _alive(pid) and server.api_base.startswith("http://127.0.0.1:")
         lm = server.lm(max_tokens=48)
-        assert lm._engine_spec == "litellm" and lm.model == f"openai/{SMOL}"
+        assert lm.model == f"openai/{SMOL}"
         pred = dspy.Predict("question -> answer")(question="What is 2 + 3?", lm=lm)
         assert isinstance(pred.answer, str) and pred.answer.strip()
         raw = lm.history[-1]["outputs"][0]

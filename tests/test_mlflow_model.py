@@ -44,8 +44,7 @@ def global_mlflow_and_dspy_restored():
 
 
 def lm(server: LatencyServer, **kwargs) -> dspy.LM:
-    return dspy.LM("openai/sim-task", api_base=server.base_url, cache=False, num_retries=0, engine="litellm",
-                   timeout=10, **kwargs)
+    return dspy.LM("openai/sim-task", api_base=server.base_url, cache=False, num_retries=0, timeout=10, **kwargs)
 
 
 def compile_tracked(lm_server: LatencyServer, splits_seed: int = 0, **kwargs):

@@ -197,7 +197,7 @@ def test_concurrency_cap_holds_at_the_server(cluster, server):
         assert server.stats()["max_in_flight"]["task"] <= 3
 
 
-def test_lm_retries_on_ray_are_counted_per_step_as_on_threads(cluster):
+def test_lm_retries_on_ray_are_counted_per_step_as_on_threads(cluster, engine):
     """The same seeded 429s (drawn per request content) against two servers: the same retries, step by step."""
     from tests.faults import Faults
 
@@ -205,8 +205,9 @@ def test_lm_retries_on_ray_are_counted_per_step_as_on_threads(cluster):
         faults = Faults(rate_limit_429=0.2, retry_after_s=0.05, seed=4)
         with LatencyServer(task_latency=0.02, reflection_latency=0.05, faults=faults) as faulty:
             train, val, _ = sim.make_splits(seed=0, train=24, val=8, test=1)
-            with dspy.context(lm=faulty.lm("task", num_retries=3, timeout=10.0)):
-                result = BatchedGEPA(metric=sim.metric, reflection_lm=faulty.lm("reflection", num_retries=3, timeout=10.0),
+            with dspy.context(lm=faulty.lm("task", num_retries=3, timeout=10.0, **engine)):
+                result = BatchedGEPA(metric=sim.metric,
+                                     reflection_lm=faulty.lm("reflection", num_retries=3, timeout=10.0, **engine),
                                      pool=pool, **SETTINGS).compile(seed_program(), trainset=train, valset=val)
             return result.detailed_results, faulty.stats()
 
@@ -217,6 +218,7 @@ def test_lm_retries_on_ray_are_counted_per_step_as_on_threads(cluster):
     counts = got.lm_call_counts
     assert stats["faults"]["rate_limit_429"] > 5
     assert counts.retries == stats["faults"]["rate_limit_429"] - counts.failures == counts.attempts - counts.calls
+    assert counts.attempts == stats["requests"]["calls"]["total"] and sum(s.lm_retries for s in got.steps) == counts.retries
     assert replace(counts, peak_in_flight=0) == replace(expected.lm_call_counts, peak_in_flight=0)  # peaks differ
     assert [(s.lm_calls, s.lm_retries, s.lm_failures) for s in got.steps] == [
         (s.lm_calls, s.lm_retries, s.lm_failures) for s in expected.steps]
@@ -316,7 +318,7 @@ def test_bad_pool_arguments_name_the_fix():
 
 
 @pytest.mark.parametrize("schedule", ["async", "steps"])
-def test_a_dollar_cap_and_a_deadline_hold_for_rollouts_and_reflections_on_ray(cluster, schedule):
+def test_a_dollar_cap_and_a_deadline_hold_for_rollouts_and_reflections_on_ray(cluster, schedule, engine):
     """Each unit sent to an actor carries its share of what is left; the server's bill stays within the cap,
     the run's meter matches it, and a deadline ends the run within a call of it."""
     from tests.test_caps import PRICES, billed, compile_priced
@@ -328,13 +330,13 @@ def test_a_dollar_cap_and_a_deadline_hold_for_rollouts_and_reflections_on_ray(cl
     try:
         with RayWorkerPool(max_concurrency=8, actors=2) as pool:
             with LatencyServer(task_latency=0.02, reflection_latency=0.04) as priced:
-                result, stats = compile_priced(priced, schedule=schedule, pool=pool, max_cost_usd=0.03)
+                result, stats = compile_priced(priced, engine, schedule=schedule, pool=pool, max_cost_usd=0.03)
             assert billed(stats) <= 0.03 and result.stopped_by == "max_cost_usd"
             assert result.usage.cost_usd == pytest.approx(billed(stats), rel=1e-9)
             assert billed(stats, "sim-priced-reflection") > 0  # reflections ran on the actors, within the cap
-            # The same (now warm) actors: a cold actor's first call imports litellm, seconds on this machine.
+            # The same (now warm) actors: a cold actor's first call may import litellm, seconds on this machine.
             with LatencyServer(task_latency=0.25, reflection_latency=0.5) as slow:
-                result, _ = compile_priced(slow, schedule=schedule, pool=pool, budget=5000, max_wall_s=4.0)
+                result, _ = compile_priced(slow, engine, schedule=schedule, pool=pool, budget=5000, max_wall_s=4.0)
             assert result.stopped_by == "max_wall_s" and result.wall_s <= 4.0 + 0.5 + 1.0
     finally:
         for model in PRICES:

@@ -6,7 +6,8 @@ import dspy
 import gepa
 import pytest
 
-from dspy_pxn import BatchedGEPA, budget, components, description
+from dspy_pxn import BatchedGEPA, components, description
+from dspy_pxn.ledger import budget
 from dspy_pxn import testing as sim
 from tests.conftest import seed_program
 

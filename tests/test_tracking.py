@@ -24,7 +24,8 @@ from dspy_pxn.tracking import BEST_RUN_TAG, CONFIG_TAG, KIND_TAG, MODEL_TAG, PAR
 from dspy_pxn.tracking.lineage import VALIDATED, read_proposals
 from dspy_pxn.tracking.mlflow_io import metric_key
 from dspy_pxn.tracking.runlog import RunManifest
-from dspy_pxn.usage import token_prices
+from dspy_pxn.ledger.prices import token_prices
+from tests.faults import Faults
 
 SECRET = "sk-test-do-not-log"
 
@@ -59,14 +60,15 @@ def sim_run(**kwargs):
 
 
 # ----------------------------------------------------------------------------- a P×N run on a server
-def test_pxn_run_on_the_latency_server_is_mirrored_step_by_step(mlflow_server, tmp_path):
+def test_pxn_run_on_the_latency_server_is_mirrored_step_by_step(mlflow_server, tmp_path, engine):
     train, val, _ = sim.make_splits(seed=0, train=24, val=8, test=10)
     log_dir = str(tmp_path / "run")
-    with LatencyServer(task_latency=0.01, reflection_latency=0.05) as lm_server:
-        # A model name litellm's price map knows, served by the loopback server: every call has a price.
+    faults = Faults(rate_limit_429=0.08, retry_after_s=0.01, seed=5)  # retried: each step's retries are logged
+    with LatencyServer(task_latency=0.01, reflection_latency=0.05, faults=faults) as lm_server:
+        # A model name the price maps know, served by the loopback server: every call has a price.
         def lm(**kw):
             return dspy.LM("openai/gpt-4o-mini", api_base=lm_server.base_url, api_key=SECRET, cache=False,
-                           num_retries=0, engine="litellm", **kw)
+                           num_retries=5, **engine, **kw)
 
         optimizer = BatchedGEPA(
             metric=sim.metric, p=2, n=2, max_metric_calls=110, num_threads=8, reflection_lm=lm(temperature=1.0),
@@ -77,23 +79,27 @@ def test_pxn_run_on_the_latency_server_is_mirrored_step_by_step(mlflow_server, t
         seen = {entry["uuid"] for entry in GLOBAL_HISTORY}
         with dspy.context(lm=lm(temperature=0.0)):
             result = optimizer.compile(sim.seed_program(), trainset=train, valset=val).detailed_results
-        calls = lm_server.stats()["calls"]
+        calls, requests = lm_server.stats()["calls"], lm_server.stats()["requests"]["calls"]
     ours = [entry for entry in GLOBAL_HISTORY if entry["uuid"] not in seen]
     steps = result.steps
     assert len(steps) >= 2 and max(s.width for s in steps) == 4
 
-    # Tokens and dollars: every LM call counted once; dollars agree with litellm's own response_cost.
+    # Tokens and dollars: every LM call counted once; dollars agree with the engine's own cost of each call.
     assert result.usage.lm_calls == len(ours) == calls["total"]
     assert result.usage.unpriced_calls == 0
     assert result.usage.cost_usd == pytest.approx(sum(entry["cost"] for entry in ours), rel=1e-9)
-    prompt_price, completion_price = token_prices("openai/gpt-4o-mini")
+    price = token_prices("openai/gpt-4o-mini")
     for step in steps:
         assert step.lm_calls > 0 and step.prompt_tokens > 0
-        priced = step.prompt_tokens * prompt_price + step.completion_tokens * completion_price
-        assert step.cost_usd == pytest.approx(priced)
+        assert step.cost_usd == pytest.approx(price.of(step.prompt_tokens, step.completion_tokens))
     manifest = RunManifest.load(log_dir)
-    assert manifest.baseline.cost_usd + sum(s.cost_usd for s in steps) == pytest.approx(result.usage.cost_usd)
+    # The first record has the seed's validation too: the records add up to the run, its retries included.
+    assert 0 < manifest.baseline.cost_usd <= steps[0].cost_usd
+    assert sum(s.cost_usd for s in steps) == pytest.approx(result.usage.cost_usd)
     assert steps[-1].cost_usd_total == pytest.approx(result.usage.cost_usd)
+    counts = result.lm_call_counts
+    assert counts.attempts == requests["total"] and counts.retries == requests["total"] - calls["total"] > 0
+    assert sum(s.lm_retries for s in steps) == counts.retries
 
     client = MlflowClient(mlflow_server.uri)
     run = client.get_run(result.mlflow_run_id)
@@ -114,7 +120,7 @@ def test_pxn_run_on_the_latency_server_is_mirrored_step_by_step(mlflow_server, t
     record_steps = [s.step for s in steps]
     for key in ("proposals", "accepted", "full_validation", "mean_val", "pareto_front_size", "metric_calls",
                 "wall_s", "reflection_s", "screening_s", "validation_s", "worker_utilisation",
-                "prompt_tokens", "completion_tokens", "cost_usd"):
+                "prompt_tokens", "completion_tokens", "cost_usd", "lm_retries"):
         logged = history(client, run.info.run_id, metric_key(key))
         if key in ("mean_val", "pareto_front_size"):
             assert logged.pop(0) == (manifest.baseline.val_score if key == "mean_val" else 1.0)

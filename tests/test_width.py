@@ -9,7 +9,7 @@ import pytest
 
 from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
-from dspy_pxn.budget import RunShape
+from dspy_pxn.ledger.budget import RunShape
 from dspy_pxn.cli import main as cli
 from dspy_pxn.width import (
     MAX_VALIDATIONS_IN_FLIGHT,

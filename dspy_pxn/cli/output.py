@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from dspy_pxn.records import StepRecord
-from dspy_pxn.usage import answered_from_cache
+from dspy_pxn.ledger.ledger import answered_from_cache
 
 
 def duration(seconds: float) -> str:

@@ -8,7 +8,7 @@ import os
 import re
 import tempfile
 
-from dspy_pxn.budget import RunShape
+from dspy_pxn.ledger.budget import RunShape
 from dspy_pxn.cli.errors import UsageError
 from dspy_pxn.cli.output import duration
 from dspy_pxn.planning import RuntimeModel, parse_shapes, shapes_for

@@ -3,9 +3,8 @@
 Specs: any litellm model string (``openai/gpt-4.1-mini``, ``anthropic/claude-sonnet-4-5``, ...), or
 ``local`` / ``local:<model>`` for the embedded llama.cpp server (see ``dspy_pxn.local.server``).
 
-Why one place: the CLI, examples and benchmarks must agree on role defaults, on the litellm
-engine (dspy 3.4's default "auto" engine bypasses litellm for ``openai/`` with an ``api_base``),
-and on failing early - a missing key or an unknown spec is reported before any LM call, in one
+Why one place: the CLI, examples and benchmarks must agree on role defaults (DSPy's own default
+engine, as a user's ``dspy.LM(...)`` gets it; ``engine="litellm"`` passes through), and on failing early - a missing key or an unknown spec is reported before any LM call, in one
 line that names the fix. Nothing here logs kwargs, so an ``api_key=`` never reaches a log.
 """
 
@@ -157,7 +156,7 @@ def _key_for_endpoint(parsed: LMSpec) -> str | None:
 def build_lm(spec: str, role: Role = "task", **kw: Any):  # -> dspy.LM
     """A ``dspy.LM`` for ``spec`` in ``role`` ("task" or "reflection").
 
-    API specs: ``dspy.LM(spec, engine="litellm", cache=False, **role defaults, **kw)`` after checking
+    API specs: ``dspy.LM(spec, cache=False, **role defaults, **kw)`` after checking
     the provider's key is set. DSPy's cache is off unless ``cache=True``: an optimization run answered
     from an earlier run's cache reports the cache's speed and no cost (and DSPy's cache keys leave out
     ``api_base``, so another endpoint's answers could come back). Local specs: start (or reuse) the embedded server - ``parallel=``,
@@ -180,7 +179,6 @@ def build_lm(spec: str, role: Role = "task", **kw: Any):  # -> dspy.LM
         check_api_key(parsed, settings)
         import dspy
 
-        settings.setdefault("engine", "litellm")
         settings.setdefault("cache", False)  # a run's timings and costs must be its own calls', not a cache's
         lm = dspy.LM(parsed.model, **settings)
     log.info("built %s LM %s", role, lm.model)  # model name only: kwargs may hold an api_key

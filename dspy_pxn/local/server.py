@@ -8,7 +8,7 @@ Why this shape:
   within 0.5 s of the parent's death, so no orphan survives a crash (not PR_SET_PDEATHSIG: it
   fires when the forking *thread* exits, which would kill a server started from a worker thread).
 - A server another process started for the same model is found and reused.
-- DSPy talks to it through ``dspy.LM("openai/<name>", api_base=..., engine="litellm")`` - exactly the
+- DSPy talks to it through ``dspy.LM("openai/<name>", api_base=...)`` on DSPy's default engine - exactly the
   path an API model takes.
 """
 
@@ -212,7 +212,8 @@ class LocalLMServer:
         self.stop()
 
     def lm(self, *, grammar: bool = True, **kwargs: Any):  # -> dspy.LM
-        """A ``dspy.LM`` aimed at this server through litellm, like any API model.
+        """A ``dspy.LM`` aimed at this server, like any API model (DSPy's default engine picks litellm for it:
+        the native engine does not carry ``extra_body``).
 
         Defaults (override with kwargs): temperature 0, ``cache=False`` (so measured wall-clock is
         real: the server is deterministic anyway with the prompt cache off), ``num_retries=1``,
@@ -227,8 +228,7 @@ class LocalLMServer:
         extra_body.setdefault("cache_prompt", False)
         cls = marker_lm_class() if grammar else plain_lm_class()
         return cls(
-            f"openai/{self.name}", api_base=self.api_base, api_key="local", engine="litellm",
-            extra_body=extra_body, **settings,
+            f"openai/{self.name}", api_base=self.api_base, api_key="local", extra_body=extra_body, **settings,
         )  # fmt: skip
 
     def __repr__(self) -> str:

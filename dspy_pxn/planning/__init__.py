@@ -2,7 +2,7 @@
 
 Tooling, not the optimizer: the command line (``dspy-pxn plan``), the run plots and the
 benchmarks use it; ``BatchedGEPA`` never does. It reasons with the optimizer's own budget
-arithmetic (``dspy_pxn.budget``), so a plan and a run cannot disagree about what fits.
+arithmetic (``dspy_pxn.ledger.budget``), so a plan and a run cannot disagree about what fits.
 """
 
 from dspy_pxn.planning.runtime_model import (

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from dspy_pxn import selection as selections
-from dspy_pxn.budget import BudgetGuard, RunShape
+from dspy_pxn.ledger.budget import BudgetGuard, RunShape
 from dspy_pxn.checks import positive_int
 from dspy_pxn.planning.spread import batch_seconds, mean_factor, sigma_of, slowest_factor
 from dspy_pxn.selection import Selection

@@ -15,10 +15,10 @@ it resolved. A killed actor is restarted by Ray and its in-flight calls are retr
 (``max_task_retries``); a call that still fails raises ``WorkerLostError`` instead of
 hanging the step.
 
-A rollout's LM accounting comes back with its result: the actor meters each call's
-usage (tokens, for dollars) and counts its LM calls, retries and failures, and the driver
-replays them into the run's usage meter and LM-call counters, so a step's tokens, cost
-and retries read the same as with threads. The run's ``max_concurrent_lm_calls`` cap is a
+A rollout's LM accounting comes back with its result: each unit runs under a ledger of its
+own on the actor (its calls, attempts, retries and failures, priced at the run's prices), and
+the driver's run ledger absorbs that tally, so a step's tokens, cost and retries read the same
+as with threads. The run's ``max_concurrent_lm_calls`` cap is a
 semaphore in the driver's process, which actors cannot share; rollouts make their LM calls
 one at a time, so the driver caps *rollouts* in flight at that number instead.
 
@@ -40,13 +40,15 @@ from typing import Any, TypeVar
 
 import dspy
 
-from dspy_pxn import caps
-from dspy_pxn.caps import Allowance, CapReached, RunCaps, ShareSpent
 from dspy_pxn.checks import positive_int
-from dspy_pxn.limits import LMCallCounter, LMCallCounts, LMCallLimiter, active_counters
+from dspy_pxn.ledger import caps, feed
+from dspy_pxn.ledger.caps import CapReached, RunCaps
+from dspy_pxn.ledger.ledger import RunLedger, Tally
+from dspy_pxn.ledger.limiter import active_limiters
+from dspy_pxn.ledger.prices import Price, PromptTokenBound
+from dspy_pxn.ledger.remote import Allowance, ShareSpent, shares_of
 from dspy_pxn.memo import LruMemo
 from dspy_pxn.pools import ThreadWorkerPool
-from dspy_pxn.usage import UsageMeter
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -93,48 +95,47 @@ class RolloutActor:
         self._resolved: LruMemo[Any] = LruMemo(SHIPPED_KEPT)
 
     def run_batch(
-        self, groups: Sequence[tuple[list[Any], list[Any], Sequence[Any], Allowance | None]]
-    ) -> list[tuple[list[Any], float, dict[str, list[dict[str, Any]]], LMCallCounts, BaseException | None, float]]:
-        """Per group (boxed function, boxed settings, items, what each item may spend): every item's result
-        in order, their summed seconds, the LM usage and call counts the group spent (for the driver's
-        meters; priced on the driver, which owns the run's meter), what the function raised, if it did,
-        and the largest worst case one item reserved (``dspy_pxn.caps``). Groups are the driver's maps
+        self, groups: Sequence[tuple[list[Any], list[Any], Sequence[Any], Allowance | None, dict[str, Price | None]]]
+    ) -> list[tuple[list[Any], float, Tally, BaseException | None, float, dict[str, float]]]:
+        """Per group (boxed function, boxed settings, items, what each item may spend, the run's prices): every
+        item's result in order, their summed seconds, the tally of the LM calls the group made (for the
+        driver's ledger), what the function raised, if it did, the largest worst case one item reserved and
+        the prompt tokens per byte its gates learned (``dspy_pxn.ledger.remote``). Groups are the driver's maps
         this call serves."""
         with self._lock:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(max_workers=self._threads, thread_name_prefix="dspy-pxn-actor")
-        runs = [self._start(self._resolve(fn[0]), self._resolve(settings[0]), items, allowance)
-                for fn, settings, items, allowance in groups]
+        runs = [[self._executor.submit(self._one, self._resolve(fn[0]), self._resolve(settings[0]), item, allowance,
+                                       prices) for item in items]
+                for fn, settings, items, allowance, prices in groups]
         outputs = []
-        for futures, meter, counter in runs:
-            outcomes, error = [], None
-            for future in futures:  # every item ends before the group reports: its usage is all there
-                try:
-                    outcomes.append(future.result())
-                except (Exception, CapReached) as failure:  # noqa: BLE001 - fails its own map only
-                    error = error or failure
-            largest = max((worst for _, _, worst in outcomes), default=0.0)
-            results = [] if error is not None else [result for result, _, _ in outcomes]
-            outputs.append((results, sum(s for _, s, _ in outcomes), dict(meter.usage_data), counter.counts(), error,
-                            largest))
+        for futures in runs:
+            units = [future.result() for future in futures]  # every item ends before the group reports
+            error = next((unit.error for unit in units if unit.error is not None), None)
+            tally, learned = Tally(), PromptTokenBound()
+            for unit in units:
+                tally = tally.plus(unit.tally)
+                learned.merge(unit.tokens_per_byte)
+            outputs.append(([] if error is not None else [unit.result for unit in units],
+                            sum(unit.seconds for unit in units), tally, error,
+                            max((unit.worst for unit in units), default=0.0), learned.tokens_per_byte()))
         return outputs
 
-    def _start(self, fn: Callable[[Any], Any], settings: dict[str, Any], items: Sequence[Any],
-               allowance: Allowance | None) -> tuple[list, Any, Any]:
-        meter, counter = UsageMeter(), LMCallCounter()  # thread-safe: one of each serves the whole group
-
-        def one(item: Any) -> tuple[Any, float, float]:
-            start = time.perf_counter()
-            gate = allowance.gate() if allowance is not None else None  # its own share, first in line
-            with dspy.context(**settings, usage_tracker=meter, callbacks=[*([gate] if gate else []), counter]):
-                try:
-                    result = fn(item)
-                except CapReached as reached:
-                    raise allowance.named(reached, gate) from None
-            return result, time.perf_counter() - start, gate.worst_reserved if gate is not None else 0.0
-
-        assert self._executor is not None
-        return [self._executor.submit(one, item) for item in items], meter, counter
+    @staticmethod
+    def _one(fn: Callable[[Any], Any], settings: dict[str, Any], item: Any, allowance: Allowance | None,
+             prices: dict[str, Price | None]) -> _Unit:
+        """One item under a ledger of its own (and its own share of the run's caps, first in line)."""
+        start, ledger, gate, error, result = time.perf_counter(), RunLedger(prices), None, None, None
+        try:
+            gate = allowance.gate(ledger) if allowance is not None else None
+            with dspy.context(**settings, callbacks=[gate] if gate else []), feed.feeding(ledger, [settings.get("lm")]):
+                result = fn(item)
+        except CapReached as reached:
+            error = allowance.named(reached, gate) if allowance is not None else reached
+        except Exception as failure:  # noqa: BLE001 - fails its own map only
+            error = failure
+        return _Unit(result, error, time.perf_counter() - start, gate.worst_reserved if gate else 0.0, ledger.tally(),
+                     gate.prompt_bound.tokens_per_byte() if gate else {})
 
     def _resolve(self, ref: Any) -> Any:
         import ray
@@ -145,17 +146,29 @@ class RolloutActor:
         return os.getpid()
 
 
+@dataclass(frozen=True)
+class _Unit:
+    """One item's outcome on an actor, with the tally of the LM calls it made."""
+
+    result: Any
+    error: BaseException | None
+    seconds: float
+    worst: float
+    tally: Tally
+    tokens_per_byte: dict[str, float]
+
+
 @dataclass(eq=False)
 class _MapRequest:
-    """One ``map`` call: what to run, whose meters to credit, and where its results go."""
+    """One ``map`` call: what to run, whose ledgers to credit, and where its results go."""
 
     fn_box: list[Any]
     settings_box: list[Any]
     items: list[Any]
-    tracker: Any
-    counters: list[LMCallCounter]
+    ledgers: tuple[RunLedger, ...]  # the run's ledgers (``feed.active_ledgers``): each absorbs what the map spent
     caps: list[threading.BoundedSemaphore]
     cap_size: int | None
+    prices: dict[str, Price | None] = field(default_factory=dict)  # the run's: a unit's ledger prices with them
     run_caps: RunCaps | None = None  # the run's dollar and time caps: each item carries its share
     allowance: Allowance | None = None
     results: list[Any] = field(default_factory=list)
@@ -178,7 +191,7 @@ class _MapRequest:
 
     def fail(self, error: BaseException, items: int) -> None:
         """``items`` of the map failed; it raises the first error once all its items are back (so their
-        LM usage is in the run's meters before its caller goes on)."""
+        LM usage is in the run's ledger before its caller goes on)."""
         with self._lock:
             if self.error is None:
                 self.error = error
@@ -255,35 +268,38 @@ class RayWorkerPool:
         ``fn`` and the items must be picklable (module-level functions, partials, lambdas
         over picklable values); the calling context's dspy LM and adapter go along.
         """
-        if not items:
-            return []
         run_caps = caps.active()
-        while True:
-            allowance = run_caps.remote_allowance(len(items), bool(getattr(fn, "reflects", False))) if (
-                run_caps is not None) else None
-            request = self._request(fn, items, run_caps, allowance)
+        shares = shares_of(run_caps) if run_caps is not None else None
+        results: list[R] = []
+        while len(results) < len(items):
+            left = items[len(results):]
+            allowance = shares.allowance(len(left), bool(getattr(fn, "reflects", False))) if (
+                shares is not None) else None
+            part = left[:allowance.units] if allowance is not None else left  # what a dollar cap pays for now
+            request = self._request(fn, part, run_caps, allowance)
             self._requests.put(request)
             request.done.wait()
             outgrown = request.error if isinstance(request.error, ShareSpent) else None
-            if outgrown is not None and allowance is not None and run_caps.needs_more(allowance, outgrown.needed):
-                continue  # a unit outgrew its share and the cap pays for a larger one: send the map again
+            if outgrown is not None and allowance is not None and shares.needs_more(allowance, outgrown.needed):
+                continue  # a unit outgrew its share and the cap pays for a larger one: send the part again
             if isinstance(request.error, CapReached) and run_caps is not None:
                 run_caps.refuse(request.error.budget, str(request.error))
             if request.error is not None:
                 raise request.error
-            return request.results
+            results += request.results
+        return results
 
     def _request(self, fn: Callable[[T], R], items: Sequence[T], run_caps: RunCaps | None,
                  allowance: Allowance | None) -> _MapRequest:
         settings = {name: getattr(dspy.settings, name) for name in SHIPPED_SETTINGS if getattr(dspy.settings, name)}
-        counters = active_counters()
-        limiters = [c for c in counters if isinstance(c, LMCallLimiter)]
+        limiters = active_limiters()
+        ledgers = feed.active_ledgers()
         return _MapRequest(
             fn_box=[self._ship(fn, (id(fn),))],
             settings_box=[self._ship(settings, tuple(id(value) for value in settings.values()) + (0,))],
             items=list(items),
-            tracker=dspy.settings.usage_tracker,
-            counters=counters,
+            ledgers=ledgers,
+            prices=dict(ledgers[-1].prices) if ledgers else {},
             # The run's max_concurrent_lm_calls, as rollouts in flight: the limiters' own slots, so the cap
             # holds across concurrent maps (the async schedule's pipelines) and the driver's reflections.
             caps=sorted((c.slots for c in limiters), key=id),
@@ -330,8 +346,8 @@ class RayWorkerPool:
         for request, index in batch:
             groups.setdefault(id(request), (request, []))[1].append(index)
         served = list(groups.values())
-        payload = [(request.fn_box, request.settings_box, [request.items[i] for i in indices], request.allowance)
-                   for request, indices in served]
+        payload = [(request.fn_box, request.settings_box, [request.items[i] for i in indices], request.allowance,
+                     request.prices) for request, indices in served]
         try:
             ref = self._actors[next(self._next)].run_batch.remote(payload)
             self.actor_calls += 1
@@ -361,17 +377,14 @@ class RayWorkerPool:
                 self._lost(request)
                 request.fail(error, len(indices))
             return
-        for (request, indices), (results, seconds, usage, counts, error, largest) in zip(served, outputs, strict=True):
+        for (request, indices), (results, seconds, tally, error, largest, learned) in zip(served, outputs, strict=True):
             with self._lock:
                 self._busy += seconds
+            for ledger in request.ledgers:  # what the units spent, in the run's ledger before their share is released
+                ledger.absorb(tally)
             if request.run_caps is not None:
-                request.run_caps.settle_remote(request.allowance, len(indices), usage, largest)
-            if request.tracker is not None:
-                for lm, entries in usage.items():
-                    for entry in entries:
-                        request.tracker.add_usage(lm, entry)
-            for counter in request.counters:
-                counter.absorb(counts)
+                request.run_caps.prompt_bound.merge(learned)
+                shares_of(request.run_caps).settle(request.allowance, len(indices), largest)
             if error is not None:
                 request.fail(error, len(indices))
             else:
@@ -380,7 +393,7 @@ class RayWorkerPool:
     @staticmethod
     def _lost(request: _MapRequest) -> None:
         if request.run_caps is not None:
-            request.run_caps.unit_lost(request.allowance)
+            shares_of(request.run_caps).lost(request.allowance)
 
     def _release(self, batch: list[tuple[_MapRequest, int]]) -> None:
         for request, _ in batch:

@@ -8,13 +8,15 @@ Both drive the same gepa parts (``parts.GepaParts``) on the same adapter, pool a
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from gepa.core.result import GEPAResult
 
-from dspy_pxn.run import Live, Run
 from dspy_pxn.schedules.asynchronous import AsyncSchedule
 from dspy_pxn.schedules.steps import StepSchedule
+
+if TYPE_CHECKING:  # types only: the run imports the schedules, never the other way round
+    from dspy_pxn.run import Live, Run
 
 
 class Schedule(Protocol):

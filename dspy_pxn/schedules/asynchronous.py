@@ -25,12 +25,14 @@ the guard keeps |val| free beside every reservation, so whatever improves can be
 The run ends when nothing it waits for can change its result: once no budget is left to validate
 another child, even with all that work in flight may still give back, a pipeline that has not yet
 reflected stops there, and the search returns without the reflections still in flight (their
-calls are made and paid for; they return to a run that has ended, and the step events are closed).
-Under a long-tailed reflection latency the slowest of them used to be the run's last, idle stretch.
+calls are made and paid for; they return to a run whose ledger says it has returned, so neither
+the step events nor the ledger hear them). Under a long-tailed reflection latency the slowest of
+them used to be the run's last, idle stretch.
 
-Dollars and a deadline (``dspy_pxn.caps``): no pipeline or validation starts that the run's caps
-cannot pay for or finish at the costs and latencies measured so far; a call the caps refuse
-(``CapReached``) stops all launching, the work in flight drains, and the state is the result.
+Dollars and a deadline (``dspy_pxn.ledger.caps``): no pipeline or validation starts that the run's
+caps cannot pay for or finish at the costs and latencies measured so far; once a cap refuses a call
+(the run's ``stop`` is refusing), nothing more is launched, the work in flight drains, and the state
+is the result.
 
 One StepRecord is written per *window*: the work that finished between the end of one
 validation and the end of the next. A window begins with its first event, so none is
@@ -44,7 +46,7 @@ import contextvars
 import logging
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dspy.teleprompt.gepa.gepa_utils import LoggerAdapter
 from gepa.core.data_loader import ensure_loader
@@ -54,14 +56,15 @@ from gepa.proposer.base import CandidateProposal
 from gepa.strategies.acceptance import StrictImprovementAcceptance
 from gepa.strategies.proposal_sampling import ProposalTask
 
-from dspy_pxn import abandoned
 from dspy_pxn import selection as selections
 from dspy_pxn import width as widths
-from dspy_pxn.caps import CapReached, seed_validation_paid
 from dspy_pxn.events import Phase, StepListener, override
-from dspy_pxn.run import Live, Run
+from dspy_pxn.ledger.caps import CapReached, seed_validation_paid
 from dspy_pxn.schedules.gepa_events import GepaNotifier, pareto_front
 from dspy_pxn.schedules.parts import GepaParts
+
+if TYPE_CHECKING:  # types only: the run imports the schedules, never the other way round
+    from dspy_pxn.run import Live, Run
 
 logger = logging.getLogger(__name__)
 
@@ -106,21 +109,19 @@ class AsyncSchedule(StepListener):
         self.window_started = False  # the current window has had an event, and gepa has been told it began
         self.accepted_in_window = False
         self.launched = 0  # pipelines started: each one's proposal id
-        self.caps = run.caps
-        self.refused = False  # a cap refused an LM call: nothing more is started, what is in flight drains
+        self.caps, self.stop = live.caps, live.ledger.stop
         # What work in flight may still give back to the budget: a pipeline its child's screening until the
         # child is screened, a validation what it reserved until its selection ran (``_can_still_validate``).
         self.unscreened_children = 0
         self.unselected_calls = 0
         self.reflecting: dict[str, ProposalTask] = {}  # pipelines waiting on their reflection, by proposal id
-        self.ended = False  # the search returned without waiting for the reflections still in flight
 
     # ------------------------------------------------------------------------------ the run
     def search(self) -> GEPAState:
         self.notify.optimization_start(self.run.seed_candidate, len(self.trainset), len(self.valset),
                                        {"schedule": "async", "width": self.width})
         self.state = self._initial_state()
-        self.live.events.add(self, before=self.live.recorder)  # a window starts before the recorder counts in it
+        self.live.events.add(self, before=self.live.pace)  # a window starts before anything counts in it
         pipelines = ThreadPoolExecutor(max_workers=self.width, thread_name_prefix="dspy-pxn-proposal")
         validator = ThreadPoolExecutor(max_workers=widths.MAX_VALIDATIONS_IN_FLIGHT,
                                        thread_name_prefix="dspy-pxn-validation")
@@ -129,7 +130,7 @@ class AsyncSchedule(StepListener):
         error: BaseException | None = None
         try:
             while True:
-                if error is None and not self.refused:
+                if error is None and not self.stop.refusing:
                     self._launch(pipelines, in_flight)
                     validating = sum(kind == "validation" for kind in in_flight.values())
                     if widths.starts_validation(validating, len(queued)):
@@ -145,8 +146,7 @@ class AsyncSchedule(StepListener):
                     kind = in_flight.pop(future)
                     try:
                         outcome = future.result()
-                    except CapReached:  # a budget in dollars or time ended the run: drain, keep the state
-                        self.refused = True
+                    except CapReached:  # a budget in dollars or time ended the run (the stop is refusing): drain
                         continue
                     except BaseException as failure:  # noqa: BLE001 - stop launching, drain, then raise
                         error = error or failure
@@ -156,7 +156,7 @@ class AsyncSchedule(StepListener):
                     else:
                         self._validated(outcome)
         finally:
-            pipelines.shutdown(wait=not self.ended)
+            pipelines.shutdown(wait=not self.stop.returned)
             validator.shutdown(wait=True)
             with self.lock:
                 for proposal in queued:
@@ -280,13 +280,12 @@ class AsyncSchedule(StepListener):
                 return self._no_child(task, before.scores, "no budget left to validate its child")
             self.reflecting[proposal_id] = task
         try:
-            with abandoned.abandonable(lambda: self.ended):
-                reflected = self.parts.reflection.propose((task.parent_candidate, dataset, components))
+            reflected = self.parts.reflection.propose((task.parent_candidate, dataset, components))
         finally:
             with self.lock:
                 del self.reflecting[proposal_id]
         with self.lock:
-            if self.ended:  # the search returned while this reflection was in flight: it is not part of the run
+            if self.stop.returned:  # the search returned while this reflection was in flight: not part of the run
                 return None
             if not reflected.new_texts:
                 error = (reflected.metadata or {}).get("reflection_error", "no new instruction")
@@ -331,10 +330,9 @@ class AsyncSchedule(StepListener):
 
     def _stop_waiting_for_reflections(self) -> None:
         """End the search with the last reflections still in flight: their calls were made and are paid for,
-        but they return to a run that has ended (``ended``), and no step event or callback hears them."""
+        but they return to a run whose ledger has returned, and no step event, callback or count hears them."""
         with self.lock:
-            self.ended = True
-            self.live.events.close()
+            self.live.ledger.search_returned()
             for task in self.reflecting.values():
                 self._no_child(task, [], "the run ended before its reflection returned: no budget was left to "
                                "validate its child")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gepa.proposer.reflective_mutation.base import CandidateSelector
 from gepa.strategies.proposal_selection import SelectionStrategy
@@ -18,15 +18,16 @@ from gepa.strategies.proposal_selection import SelectionStrategy
 from dspy_pxn import selection as selections
 from dspy_pxn.merge import SiblingMerge
 from dspy_pxn.reflection import PooledReflection
-from dspy_pxn import resume
 from dspy_pxn.resume import RunCheckpoint
-from dspy_pxn.run import Live, Run
 from dspy_pxn.strategies import (
     CANDIDATE_SELECTORS,
     BudgetCappedSelection,
     SequentialMinibatchSampler,
     component_selector,
 )
+
+if TYPE_CHECKING:  # types only: the run imports the schedules, never the other way round
+    from dspy_pxn.run import Live, Run
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class GepaParts:
         sampler = SequentialMinibatchSampler(optimizer.reflection_minibatch_size, rng)
         # Their state is saved with gepa's, through the adapter's state hook (dspy_pxn.resume).
         live.adapter.checkpoint = RunCheckpoint(run.description.resume_settings(), sampler, rng,
-                                                dollars_spent=lambda: dollars_spent(run, live), guard=run.guard)
+                                                dollars_spent=live.ledger.spent_usd, guard=run.guard)
         selector = optimizer.candidate_selection_strategy
         return cls(
             candidate_selector=CANDIDATE_SELECTORS[selector](rng) if isinstance(selector, str) else selector,
@@ -57,14 +58,6 @@ class GepaParts:
             reflection=PooledReflection(live.adapter, run.reflection_lm, live.pool, live.events),
             selection=BudgetCappedSelection(selection_strategy(run, live), run.guard, live.events),
         )
-
-
-def dollars_spent(run: Run, live: Live) -> tuple[float, float]:
-    """What a resumed run starts from: the caps' count, or without caps, the dollars metered so far."""
-    if run.caps is not None:
-        return run.caps.spent_usd, run.caps.reflection_spent_usd
-    before = resume.saved_dollars(run.saved_state)
-    return before[0] + (live.usage.totals().cost_usd or 0.0), before[1]
 
 
 def selection_strategy(run: Run, live: Live) -> SelectionStrategy:

@@ -8,7 +8,7 @@
     stopper     ExactBudgetStopper          stop when no useful step fits the budget
                 CapsStopper                 ... or the dollars and deadline (max_cost_usd, max_wall_s)
 
-A cap that refuses an LM call mid-step (``caps.CapReached``) ends gepa's loop by raising through
+A cap that refuses an LM call mid-step (``ledger.caps.CapReached``) ends gepa's loop by raising through
 it; the state gepa was driving is then the result, as if its loop had stopped there.
 
 At P = N = 1 this is dspy.GEPA's run, candidate for candidate (``tests/test_batched_gepa.py``).
@@ -17,17 +17,19 @@ At P = N = 1 this is dspy.GEPA's run, candidate for candidate (``tests/test_batc
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gepa
 from dspy.teleprompt.gepa.gepa_utils import LoggerAdapter
 from gepa.core.result import GEPAResult
 from gepa.core.state import GEPAState
 
-from dspy_pxn.caps import CapReached, seed_validation_paid
-from dspy_pxn.run import Live, Run
+from dspy_pxn.ledger.caps import CapReached, seed_validation_paid
 from dspy_pxn.schedules.parts import GepaParts
 from dspy_pxn.strategies import CapsStopper, DistinctParentsPxN, ExactBudgetStopper
+
+if TYPE_CHECKING:  # types only: the run imports the schedules, never the other way round
+    from dspy_pxn.run import Live, Run
 
 logger = logging.getLogger(__name__)
 
@@ -42,8 +44,8 @@ class StepSchedule:
         # the adapter follows the step's events.
         live.events.add(live.adapter)
         stoppers: list[Any] = [ExactBudgetStopper(run.guard)]
-        if run.caps is not None:
-            stoppers.append(CapsStopper(run.caps, run.guard, run.p * run.n, live.pool.num_workers))
+        if live.caps is not None:
+            stoppers.append(CapsStopper(live.caps, run.guard, run.p * run.n, live.pool.num_workers))
         driven = StateDriven()
         try:
             return StepSchedule._optimize(run, live, parts, stoppers, driven)

@@ -190,26 +190,24 @@ class LatencyServer:
 
     # ---- clients -------------------------------------------------------- #
 
-    def warm_up(self) -> None:
-        """One call through dspy.LM -> litellm, so litellm's one-time initialisation
-        (about 2.5 s per process here) is not billed to the first run a benchmark times."""
-        self.lm("task")("Apply rule zorp to 1.")
+    def warm_up(self, **kw: Any) -> None:
+        """One call through dspy.LM (``kw``: e.g. ``engine="litellm"``), so the engine's one-time initialisation
+        (about 2.5 s per process for litellm's import here) is not billed to the first run a benchmark times."""
+        self.lm("task", **kw)("Apply rule zorp to 1.")
 
     def lm(self, kind_hint: str = "task", **kw: Any):
-        """A `dspy.LM` on the litellm engine, uncached, aimed at this server.
+        """A `dspy.LM`, uncached, aimed at this server, on DSPy's default engine (its native lm15 client
+        for an `openai/` model with an `api_base`) unless ``engine=`` says otherwise (``engine="litellm"``).
 
-        `engine="litellm"` because dspy 3.4's default "auto" would send an
-        openai/ model with api_base through its native lm15 HTTP client instead.
         `kind_hint` only names the model (sim-task / sim-reflection) for
         readable histories; the server classifies calls by prompt content.
         """
         import dspy
 
-        # litellm otherwise tries to download its model-cost map on first import.
+        # DSPy and litellm otherwise try to download their model-cost map on first use.
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
         params: dict[str, Any] = dict(
-            api_base=self.base_url, api_key="sim", cache=False, temperature=0.0, num_retries=0, engine="litellm",
-            timeout=60,
+            api_base=self.base_url, api_key="sim", cache=False, temperature=0.0, num_retries=0, timeout=60,
         )
         params.update(kw)
         return dspy.LM(f"openai/sim-{kind_hint}", **params)

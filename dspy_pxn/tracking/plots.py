@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from dspy_pxn.budget import RunShape
+from dspy_pxn.ledger.budget import RunShape
 from dspy_pxn.planning import RuntimeModel
 from dspy_pxn.selection import Selection
 from dspy_pxn.records import StepRecord

@@ -57,7 +57,7 @@ from dspy_pxn.tracking.model import (
 )
 from dspy_pxn.tracking.parent import current_sweep
 from dspy_pxn.tracking.runlog import Baseline, FinalMetrics, RunManifest
-from dspy_pxn.usage import UsageMeter
+from dspy_pxn.ledger.ledger import RunLedger
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ class MlflowTracker:
         return cls(tracking_uri, experiment, run_name, tuple(sorted(tags.items())),
                    registered_model_name=registered_model_name)
 
-    def start(self, description: RunDescription, *, log_dir: str | None, usage: UsageMeter) -> MlflowRun:
+    def start(self, description: RunDescription, *, log_dir: str | None, usage: RunLedger) -> MlflowRun:
         """Resolve where the run goes (sweep, caller's active run, or this tracker's settings), then open it.
 
         Raises TrackingArgumentError only for contradictory arguments (before any LM call); an
@@ -214,7 +214,7 @@ class MlflowRun:
     """
 
     def __init__(
-        self, manifest: RunManifest, log_dir: str, usage: UsageMeter | None, flush_timeout_s: float, online: bool,
+        self, manifest: RunManifest, log_dir: str, usage: RunLedger | None, flush_timeout_s: float, online: bool,
         resumed: bool = False, model_options: ModelOptions | None = None,
     ):
         self.manifest = manifest
@@ -302,7 +302,7 @@ class MlflowRun:
             val_score=float(event["average_score"]),
             metric_calls=int(event["num_examples_evaluated"]),
             elapsed_s=time.time() - self.manifest.started_at,
-            cost_usd=self.usage.totals().cost_usd if self.usage is not None else None,
+            cost_usd=self.usage.tally().cost_usd if self.usage is not None else None,
         )
         self.manifest.baseline = baseline
         self._save_manifest()

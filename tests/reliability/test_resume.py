@@ -30,7 +30,7 @@ RUN_SCRIPT = textwrap.dedent('''
     url, log_dir = sys.argv[1], sys.argv[2]
     def lm(kind):
         return dspy.LM(f"openai/sim-{kind}", api_base=url, api_key="sim", cache=False, temperature=0.0,
-                       num_retries=0, engine="litellm")
+                       num_retries=0, **%(engine)r)
     train, val, _ = sim.make_splits(**%(splits)r)
     pool = %(pool)s
     with dspy.context(lm=lm("task")):
@@ -45,11 +45,11 @@ def server():
         yield running
 
 
-def compile_on(server, log_dir, **overrides):
+def compile_on(server, log_dir, engine=None, **overrides):
     train, val, _ = sim.make_splits(**SPLITS)
     settings = {**SETTINGS, **overrides}
-    with dspy.context(lm=server.lm("task")):
-        return BatchedGEPA(metric=sim.metric, reflection_lm=server.lm("reflection"), log_dir=str(log_dir),
+    with dspy.context(lm=server.lm("task", **(engine or {}))):
+        return BatchedGEPA(metric=sim.metric, reflection_lm=server.lm("reflection", **(engine or {})), log_dir=str(log_dir),
                            **settings).compile(seed_program(), trainset=train, valset=val)
 
 
@@ -61,12 +61,13 @@ def task_calls(server) -> int:
     return server.stats()["calls"]["task"]
 
 
-def kill_mid_run(server, log_dir, after_steps: int = 2, timeout_s: float = 60.0, pool: str = "None") -> None:
+def kill_mid_run(server, log_dir, after_steps: int = 2, timeout_s: float = 60.0, pool: str = "None",
+                 engine: dict | None = None) -> None:
     """Start the run in a subprocess and SIGKILL it once `after_steps` steps are logged.
 
     ``pool`` is the Python expression the run's ``pool`` argument is built from."""
     script = log_dir.parent / "run.py"
-    script.write_text(RUN_SCRIPT % {"splits": SPLITS, "settings": SETTINGS, "pool": pool})
+    script.write_text(RUN_SCRIPT % {"splits": SPLITS, "settings": SETTINGS, "pool": pool, "engine": engine or {}})
     env = dict(os.environ, PYTHONPATH=os.getcwd(), LITELLM_LOCAL_MODEL_COST_MAP="True")
     process = subprocess.Popen([sys.executable, str(script), server.base_url, str(log_dir)], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -81,18 +82,18 @@ def kill_mid_run(server, log_dir, after_steps: int = 2, timeout_s: float = 60.0,
         process.wait(timeout=10)
 
 
-def test_a_killed_run_resumes_from_its_last_step_and_ends_as_if_never_interrupted(server, tmp_path):
-    reference = compile_on(server, tmp_path / "reference").detailed_results
+def test_a_killed_run_resumes_from_its_last_step_and_ends_as_if_never_interrupted(server, tmp_path, engine):
+    reference = compile_on(server, tmp_path / "reference", engine).detailed_results
 
     log_dir = tmp_path / "crashed"
-    kill_mid_run(server, log_dir)
+    kill_mid_run(server, log_dir, engine=engine)
     saved = load_saved_state(str(log_dir))
     assert saved is not None, "gepa saves its state at the top of every step"
     completed = saved.i + 1
     assert completed >= 1 and saved.total_num_evals < SETTINGS["max_metric_calls"]
 
     calls_before = task_calls(server)
-    resumed = compile_on(server, log_dir).detailed_results
+    resumed = compile_on(server, log_dir, engine).detailed_results
     resumed_calls = task_calls(server) - calls_before
 
     # The seed is not re-validated: every task call of the resumed process is a metric call
@@ -110,10 +111,10 @@ def test_a_killed_run_resumes_from_its_last_step_and_ends_as_if_never_interrupte
     assert [s.metric_calls for s in resumed.steps] == [s.metric_calls for s in reference.steps]
 
 
-def test_resuming_a_finished_run_makes_no_lm_call(server, tmp_path):
-    first = compile_on(server, tmp_path / "done").detailed_results
+def test_resuming_a_finished_run_makes_no_lm_call(server, tmp_path, engine):
+    first = compile_on(server, tmp_path / "done", engine).detailed_results
     calls_before = server.stats()["calls"]["total"]
-    again = compile_on(server, tmp_path / "done").detailed_results
+    again = compile_on(server, tmp_path / "done", engine).detailed_results
     assert server.stats()["calls"]["total"] == calls_before
     assert again.total_metric_calls == first.total_metric_calls
     assert again.val_aggregate_scores == first.val_aggregate_scores

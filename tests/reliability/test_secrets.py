@@ -40,9 +40,9 @@ def test_api_keys_never_reach_tracking_logs_or_saved_programs(tmp_path, monkeypa
     with LatencyServer(task_latency=0.01, reflection_latency=0.02) as server:
         def lm(**kw):
             return dspy.LM("openai/sim-task", api_base=server.base_url, api_key=ARG_KEY, cache=False, num_retries=0,
-                           engine="litellm", timeout=10, **kw)
+                           timeout=10, **kw)
 
-        env_lm = dspy.LM("openai/sim-env", api_base=server.base_url, cache=False, num_retries=0, engine="litellm",
+        env_lm = dspy.LM("openai/sim-env", api_base=server.base_url, cache=False, num_retries=0,
                          timeout=10)  # takes OPENAI_API_KEY from the environment
         student = sim.seed_program()
         student.predict.lm = lm(temperature=0.0)  # a per-predictor LM is part of the program's state

@@ -1,0 +1,293 @@
+"""Budgets people plan in: dollars (``max_cost_usd``, ``max_reflection_cost_usd``) and a deadline (``max_wall_s``).
+
+A metric-call budget is exact because the schedules reserve calls before they start work. A
+dollar budget cannot be planned that way: what a rollout costs is known only when its prompt
+is. So every LM call of the search passes one gate, ``RunCaps``, a DSPy callback installed
+first in the context (before a concurrency cap or a user's callback has seen the call):
+
+- before the call it reserves the call's worst case: its prompt's tokens at most (learned from the
+  provider's bills, ``prices.PromptTokenBound``) plus its ``max_tokens`` of output, at the model's price. If that does not fit beside what
+  the ledger says is spent and what is reserved, it waits for the calls in flight to settle (they
+  usually cost far less than their worst case); if it cannot fit even then, or the deadline has
+  passed, it refuses the call by raising ``CapReached``, and every later call of the run is refused;
+- DSPy bills the call while it is in progress, and the run's ledger prices it then; when the call
+  ends its reservation is released. The gate keeps reservations, never dollars: what is spent is
+  the ledger's.
+
+``CapReached`` is a ``BaseException``, as ``KeyboardInterrupt`` is: DSPy's adapters retry
+failed calls with another adapter, rollouts score errors as failures and callbacks' errors are
+logged, all on ``Exception``; a refused call must instead end the search, which the schedules
+do by returning the best program found (``stopped_by`` says which budget ended the run).
+
+The gate refuses late; the schedules avoid starting work the caps cannot pay for or finish in
+time, from the run's pace so far (``blocks``). Work sent to another process (a Ray actor) cannot
+reach this gate: it carries a share of what is left (``remote``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any
+
+import dspy
+from dspy.utils.callback import BaseCallback
+
+from dspy_pxn.checks import ArgumentError
+from dspy_pxn.ledger.ledger import REFLECTING, RunLedger
+from dspy_pxn.ledger.pace import RunPace
+from dspy_pxn.ledger.prices import (
+    FREE, Price, PromptTokenBound, max_output_tokens, price_of, prompt_size, unbounded_error, unpriced_error)
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CapReached", "RunCaps", "active", "installed", "priced_for_caps", "seed_validation_paid"]
+
+
+class CapReached(BaseException):
+    """An LM call was refused: the run's dollars or time are spent. ``budget`` names the argument."""
+
+    def __init__(self, budget: str, message: str):
+        super().__init__(message)
+        self.budget = budget
+
+    def __reduce__(self) -> tuple[Any, tuple[str, str]]:  # it travels back from a Ray actor
+        return CapReached, (self.budget, str(self))
+
+
+def priced_for_caps(max_cost_usd: float | None, max_reflection_cost_usd: float | None,
+                    lms: Iterable[Any]) -> dict[str, Price]:
+    """Every LM a run with a dollar cap reaches, priced and bounded before its first call (or the
+    argument to fix, named); nothing without a dollar cap."""
+    if max_cost_usd is None and max_reflection_cost_usd is None:
+        return {}
+    argument = "max_cost_usd" if max_cost_usd is not None else "max_reflection_cost_usd"
+    prices = {}
+    for lm in lms:
+        price = price_of(lm)
+        if price is None:
+            raise unpriced_error(str(getattr(lm, "model", lm)), argument)
+        if max_output_tokens(lm) is None and price != FREE:
+            raise unbounded_error(str(lm.model))
+        prices[lm.model] = price
+    return prices
+
+
+class RunCaps(BaseCallback):
+    """The run's dollar and time caps: the gate every LM call passes, and what work they still allow.
+
+    One per compile (and one per unit of work sent to a Ray actor, with that unit's share). Dollars
+    spent are the ``ledger``'s; the gate holds what the calls in flight may still cost.
+    """
+
+    def __init__(self, ledger: RunLedger, max_cost_usd: float | None, max_reflection_cost_usd: float | None,
+                 max_wall_s: float | None, pace: RunPace | None = None,
+                 tokens_per_byte: Mapping[str, float] | None = None):
+        self.ledger, self.stop = ledger, ledger.stop
+        self.max_cost_usd, self.max_reflection_cost_usd, self.max_wall_s = (
+            max_cost_usd, max_reflection_cost_usd, max_wall_s)
+        self.pace = pace or RunPace()
+        self.lock = threading.Lock()
+        self.settled = threading.Condition(self.lock)  # work in flight settled: a waiting call or map may fit
+        self.reserved = self.reflection_reserved = 0.0
+        self.prompt_bound = PromptTokenBound(tokens_per_byte)
+        self._open: dict[str, tuple[float, bool, str, int]] = {}  # call id -> worst case, reflection?, model, size
+        self.deadline: float | None = None
+        self.worst_reserved = 0.0  # every call's worst case reserved here, summed (a unit's, on a worker)
+        self.refused_worst = 0.0  # the worst case of the call this gate refused
+        self._warned_undercount = False
+
+    @property
+    def counts_dollars(self) -> bool:
+        return self.max_cost_usd is not None or self.max_reflection_cost_usd is not None
+
+    # -- the run's bounds ------------------------------------------------------------
+    def start(self) -> None:
+        """The search begins: the deadline counts from now."""
+        self.deadline = time.monotonic() + self.max_wall_s if self.max_wall_s is not None else None
+
+    def seconds_left(self) -> float | None:
+        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+
+    def usd_left(self) -> float | None:
+        return None if self.max_cost_usd is None else max(0.0, self.max_cost_usd - self.ledger.spent_usd()[0])
+
+    def refuse(self, budget: str, why: str) -> None:
+        """Stop the run now: every later call is refused, naming ``budget``."""
+        self.stop.refuse(budget, why)
+        with self.settled:
+            self.settled.notify_all()
+
+    def left(self, reflection: bool) -> tuple[float, str]:
+        """Dollars neither spent nor reserved, and the budget they are of (caller holds ``lock``)."""
+        spent, reflection_spent = self.ledger.spent_usd()
+        left = {"max_cost_usd": float("inf")}
+        if self.max_cost_usd is not None:
+            left["max_cost_usd"] = self.max_cost_usd - spent - self.reserved
+        if reflection and self.max_reflection_cost_usd is not None:
+            left["max_reflection_cost_usd"] = (
+                self.max_reflection_cost_usd - reflection_spent - self.reflection_reserved)
+        budget = min(left, key=left.__getitem__)
+        return left[budget], budget
+
+    def reserve(self, usd: float, reflection: bool) -> None:
+        """Hold ``usd`` for work under way (caller holds ``lock``); ``release`` gives it back."""
+        self.reserved += usd
+        self.reflection_reserved += usd if reflection else 0.0
+
+    def release(self, usd: float, reflection: bool) -> None:
+        with self.settled:
+            self.reserved -= usd
+            self.reflection_reserved -= usd if reflection else 0.0
+            self.settled.notify_all()
+
+    # -- the gate: DSPy callback, first in the context's list ----------------------------
+    def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        if self.stop.returned:  # the search is over: the held-out evaluation's calls pass
+            return
+        reflection = bool(dspy.settings.get(REFLECTING, False))
+        if self.stop.refusing:
+            raise CapReached(self.stop.budget or "max_cost_usd", f"the run was stopped by {self.stop.budget}")
+        if self._past_deadline():
+            self.refuse("max_wall_s", f"the deadline of {self.max_wall_s:g} s has passed")
+            raise CapReached("max_wall_s", f"max_wall_s={self.max_wall_s:g} s has passed")
+        model, size = str(getattr(instance, "model", "")), prompt_size(inputs) if self.counts_dollars else 0
+        worst = self._worst_case(instance, size, inputs) if self.counts_dollars else 0.0
+        with self.settled:
+            # A call that would fit once the calls in flight settle (they usually cost far less than their
+            # worst case) waits for them; one that would not fit even then is refused.
+            while (over := self._over(worst, reflection)) is not None and self._fits_when_settled(worst, reflection):
+                if self.stop.refusing or self._past_deadline():
+                    over = self.stop.budget if self.stop.refusing else "max_wall_s"
+                    break
+                self.settled.wait(timeout=self._wait_s())
+            if over is None:
+                self.worst_reserved += worst
+                self.reserve(worst, reflection)
+                self._open[call_id] = (worst, reflection, model, size)
+        if over is not None:
+            self.refused_worst = worst
+            self.refuse(over, f"the next call's worst case (${worst:.6f}) does not fit in what is left")
+            raise CapReached(over, f"{over} is spent")
+
+    def on_lm_end(self, call_id: str, outputs: Any, exception: BaseException | None = None) -> None:
+        with self.lock:
+            reservation = self._open.pop(call_id, None)
+        if reservation is None:
+            return
+        worst, reflection, model, size = reservation
+        call = self.ledger.call_in_progress()  # billed while it was in progress; None: not heard here
+        if call is not None:
+            self.prompt_bound.learn(model, size, call.prompt_tokens)
+            if call.cost_usd > worst * (1 + 1e-9) and not self._warned_undercount:
+                self._warned_undercount = True
+                logger.warning("An LM call to %s cost $%.6f, more than its reserved worst case $%.6f: its prompt was "
+                               "billed more tokens per byte than earlier ones, so a dollar cap may be overrun by that "
+                               "difference.", model, call.cost_usd, worst)
+        self.release(worst, reflection)
+
+    def _fits_when_settled(self, worst: float, reflection: bool) -> bool:
+        """Whether a call of this worst case fits beside what is spent once nothing is reserved (lock held)."""
+        if not self.reserved:
+            return False
+        spent, reflection_spent = self.ledger.spent_usd()
+        if self.max_cost_usd is not None and spent + worst > self.max_cost_usd:
+            return False
+        return not (reflection and self.max_reflection_cost_usd is not None
+                    and reflection_spent + worst > self.max_reflection_cost_usd)
+
+    def _over(self, worst: float, reflection: bool) -> str | None:
+        """The budget a call of this worst case would overrun, if any (caller holds the lock)."""
+        left, budget = self.left(reflection)
+        return budget if worst > left else None
+
+    def _wait_s(self) -> float:
+        """How long a call waits for others to settle before it looks again (the deadline, at most)."""
+        return max(0.001, min(1.0, self.seconds_left() if self.deadline is not None else 1.0))
+
+    def _past_deadline(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def _worst_case(self, lm: Any, size: int, inputs: Mapping[str, Any]) -> float:
+        model = str(getattr(lm, "model", ""))
+        price = self.ledger.prices.get(model)
+        if price is None:  # an LM the run did not reach before it began (one made in forward)
+            if (price := price_of(lm)) is None:
+                error = unpriced_error(model, "max_cost_usd")
+                self.refuse("max_cost_usd", str(error))
+                logger.error("%s", error)
+                raise CapReached("max_cost_usd", str(error))
+            self.ledger.prices[model] = price
+        if price == FREE:
+            return 0.0
+        limit = max_output_tokens(lm, inputs.get("kwargs"))
+        if limit is None:
+            self.refuse("max_cost_usd", f"{model!r} has no max_tokens")
+            raise CapReached("max_cost_usd", str(unbounded_error(model)))
+        return price.of(self.prompt_bound.tokens(model, size), limit)
+
+    # -- what the caps still allow, at the run's pace ------------------------------------
+    def blocks(self, rollouts: int, reflections: int, rollout_waves: int, reflections_in_series: int) -> str | None:
+        """The budget that does not allow this much more work (None: all do), and says so once: its
+        dollars (``_short_of``) or its time (``in_time``)."""
+        if (short := self._short_of(rollouts, reflections)) is not None:
+            self.stop.end(short, "the dollars left do not pay for the next piece of work at the cost measured so far")
+            return self.stop.budget
+        if not self.in_time(rollout_waves, reflections_in_series):
+            self.stop.end("max_wall_s", "the next piece of work cannot finish before the deadline at the latencies "
+                                        "measured so far")
+            return self.stop.budget
+        return None
+
+    def _short_of(self, rollouts: int, reflections: int) -> str | None:
+        """The budget whose dollars left beside what is reserved do not pay for this much more work at the
+        mean cost per rollout and per reflection so far (nothing measured yet: none). Planning at the mean,
+        not the worst case, spends the budget; the gate still holds every call to its worst case, so the
+        run never spends more, and at worst the last pieces of work are cut short."""
+        tally, pace = self.ledger.tally(), self.pace
+        per_rollout = tally.task_usd / pace.rollouts if pace.rollouts else 0.0
+        for_reflections = reflections * (tally.reflection_usd / pace.reflections if pace.reflections else 0.0)
+        spent, reflection_spent = self.ledger.spent_usd()
+        with self.lock:
+            if self.max_cost_usd is not None and (
+                    spent + self.reserved + rollouts * per_rollout + for_reflections > self.max_cost_usd):
+                return "max_cost_usd"
+            if self.max_reflection_cost_usd is not None and (
+                    reflection_spent + self.reflection_reserved + for_reflections > self.max_reflection_cost_usd):
+                return "max_reflection_cost_usd"
+        return None
+
+    def in_time(self, rollout_waves: int, reflections_in_series: int) -> bool:
+        """Whether work of this critical path (waves of rollouts, reflections one after another) ends
+        before the deadline, at the median wave and reflection seconds so far."""
+        if self.deadline is None:
+            return True
+        needed = rollout_waves * self.pace.wave_s() + reflections_in_series * self.pace.reflection_s()
+        return time.monotonic() + needed <= self.deadline
+
+
+@contextmanager
+def seed_validation_paid() -> Iterator[None]:
+    """The seed's score on the valset is where every search starts: a cap that cannot pay for it is an
+    argument to change, not a result."""
+    try:
+        yield
+    except CapReached as reached:
+        raise ArgumentError(f"{reached.budget} ran out while the seed program was scored on the valset, before "
+                            f"any search ({reached}): raise {reached.budget}, or use a smaller valset.") from None
+
+
+def active() -> RunCaps | None:
+    """The caps of the run whose context this is (a pool that sends work elsewhere reserves with them)."""
+    return next((c for c in dspy.settings.get("callbacks", None) or [] if isinstance(c, RunCaps)), None)
+
+
+def installed(caps: RunCaps | None) -> AbstractContextManager[Any]:
+    """The gate first among the context's DSPy callbacks: a call it refuses was seen by no other callback
+    (DSPy runs no end callbacks for a call whose start raised, so a later one would hold a slot or a span)."""
+    if caps is None:
+        return nullcontext()
+    return dspy.context(callbacks=[caps, *(dspy.settings.get("callbacks", None) or [])])

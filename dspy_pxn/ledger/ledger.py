@@ -1,0 +1,363 @@
+"""One run's LM calls and what they cost, kept in one place: the ``RunLedger``.
+
+Every fact about a run's LM calls lives here and nowhere else: calls, attempts, retries and
+failures, tokens, dollars (task and reflection), calls in flight, and calls the run returned
+without. It hears each call twice, from two places DSPy already has:
+
+- its start and end, from the run's one LM callback (``feed``), which also counts the call's
+  attempts where DSPy's retry loop makes them (``feed.attempts_known``);
+- its billed usage, as DSPy's ``usage_tracker``: DSPy hands every billed (non-cached) call's
+  usage to the context's tracker while the call is in progress, in its thread. The ledger is
+  the only place a call is priced, at that moment, so a dollar cap reading it is never late.
+
+Everything else reads it: the dollar and deadline caps (``caps``), the step records (a step's
+share is ``tally().since(previous)``), the progress line, tracking, the result and resume.
+
+``stop`` is the run's one signal that it is over: which budget ended the search, whether LM calls
+are refused, and whether the search has returned. Once it has, the ledger is frozen: calls still
+in flight then (an async run's last reflections, which no budget could still use) and calls
+started afterwards are ``abandoned``, in no other count, so the result tells what its last step
+record tells, however late those calls return.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+from collections import defaultdict
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import dspy
+from dspy.utils.usage_tracker import UsageTracker
+
+from dspy_pxn.ledger.prices import Price, billed_tokens, token_prices
+
+logger = logging.getLogger(__name__)
+
+# The DSPy setting a reflection or sibling merge sets around its LM calls: the reflection LM may be
+# the task LM, so the object alone does not say which budget a call is charged to.
+REFLECTING = "dspy_pxn_reflecting"
+
+
+@dataclass(frozen=True)
+class UsageTotals:
+    """Billed LM calls, their tokens and dollars; ``cost_usd`` is None while no call had a known price."""
+
+    lm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = None
+    unpriced_calls: int = 0
+
+
+@dataclass(frozen=True)
+class LMCallCounts:
+    """LM calls of the run's LMs (cache hits included). ``attempts`` are requests sent to a provider and
+    ``retries`` those beyond a call's first (None where DSPy does not say: see ``feed.attempts_known``);
+    ``failures`` are calls that raised after their last retry. ``abandoned`` are calls the run returned
+    without (in flight when it ended, or started after): in no other count, so ``calls + abandoned`` are
+    all the calls it started."""
+
+    calls: int = 0
+    attempts: int | None = 0
+    retries: int | None = 0
+    failures: int = 0
+    peak_in_flight: int = 0
+    abandoned: int = 0
+
+
+@dataclass(frozen=True)
+class Tally:
+    """What the ledger holds at one moment. ``since`` an earlier tally is what happened in between."""
+
+    calls: int = 0  # calls of the run's LMs that ended, cache hits included
+    attempts: int = 0
+    retries: int = 0
+    failures: int = 0
+    billed: int = 0  # calls whose usage was billed (a cache hit is not), whatever LM made them
+    unheld: int = 0  # billed calls of LMs the run does not hold: no start or end was heard
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    task_usd: float = 0.0
+    reflection_usd: float = 0.0
+    unpriced: int = 0  # billed calls whose model has no price
+    attempts_unknown: int = 0  # ended calls whose attempts DSPy did not tell
+    in_flight: int = 0
+    peak_in_flight: int = 0
+    abandoned: int = 0
+
+    @property
+    def cost_usd(self) -> float | None:
+        return self.task_usd + self.reflection_usd if self.billed > self.unpriced else None
+
+    @property
+    def usage(self) -> UsageTotals:
+        return UsageTotals(self.billed, self.prompt_tokens, self.completion_tokens, self.cost_usd, self.unpriced)
+
+    @property
+    def counts(self) -> LMCallCounts:
+        known = not self.attempts_unknown
+        return LMCallCounts(self.calls, self.attempts if known else None, self.retries if known else None,
+                            self.failures, self.peak_in_flight, self.abandoned)
+
+    def since(self, earlier: Tally) -> Tally:
+        """What happened after ``earlier``; the moment's gauges (in flight, peak) are this tally's."""
+        gauges = ("in_flight", "peak_in_flight")
+        return Tally(**{f.name: getattr(self, f.name) if f.name in gauges else
+                        getattr(self, f.name) - getattr(earlier, f.name) for f in fields(self)})
+
+    def plus(self, other: Tally) -> Tally:
+        """Both tallies' counts (``other``: calls made where this ledger could not hear them, a Ray actor)."""
+        gauges = ("in_flight", "peak_in_flight")
+        return Tally(**{f.name: getattr(self, f.name) if f.name in gauges else
+                        getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+
+
+@dataclass
+class Call:
+    """One LM call in progress: what the ledger heard of it so far."""
+
+    call_id: str
+    model: str
+    reflection: bool
+    executed: bool = False  # it reached DSPy's execution, which counts its attempts
+    attempts: int = 0
+    failed_attempts: int = 0
+    last_attempt_failed: bool = False
+    cost_usd: float = 0.0
+    prompt_tokens: int = 0
+    billed: bool = False
+    abandoned: bool = False
+    # Its usage goes to a tracker of the program's own (a ``dspy.track_usage()`` inside ``forward``), which
+    # hands it to the ledger when its block ends: a bill with no call in progress that is not an unheld LM's.
+    usage_elsewhere: bool = False
+
+
+# The calls in progress in this context, one per ledger hearing them: where an attempt or a billed usage
+# lands. A context variable: DSPy makes a call's attempts and bills it in the thread (or task) it began in.
+_IN_PROGRESS: contextvars.ContextVar[tuple[tuple[RunLedger, Call], ...]] = contextvars.ContextVar(
+    "dspy_pxn_lm_calls", default=())
+
+
+def calls_in_progress() -> tuple[tuple[RunLedger, Call], ...]:
+    return _IN_PROGRESS.get()
+
+
+class RunStop:
+    """The one signal that the run is over, read by every schedule, pool and callback.
+
+    ``budget`` names what ended the search (no more work is started, what is in flight may finish);
+    ``refusing``: every LM call of the search is refused from now on (a cap refused one); ``returned``:
+    the search has returned, and nothing that happens now is the run's (``RunLedger.search_returned``).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.budget: str | None = None
+        self.refusing = False
+        self.returned = False
+
+    def end(self, budget: str, why: str) -> None:
+        """No more work is started: ``budget`` ended the run (the first to say so is kept)."""
+        with self._lock:
+            first, self.budget = self.budget is None, self.budget or budget
+        if first:
+            logger.info("%s: %s; no more work is started.", budget, why)
+
+    def refuse(self, budget: str, why: str) -> None:
+        """Every later LM call is refused, naming ``budget``."""
+        with self._lock:
+            first = not self.refusing
+            self.budget, self.refusing = self.budget or budget, True
+        if first:
+            logger.info("%s: %s; the search stops and returns the best program found.", budget, why)
+
+
+class _BilledEntries(defaultdict):
+    """A tracker's ``usage_data`` whose entries are billed to a ledger as they are added (a nested
+    ``dspy.track_usage()`` in a program hands its entries up by extending these lists directly)."""
+
+    def __init__(self, ledger: RunLedger, keep: bool):
+        super().__init__(list)
+        self.ledger, self.keep = ledger, keep
+
+    def __missing__(self, model: str) -> _Bill:
+        bill = self[model] = _Bill(self.ledger, model, self.keep)
+        return bill
+
+
+class _Bill(list):
+    def __init__(self, ledger: RunLedger, model: str, keep: bool):
+        super().__init__()
+        self.ledger, self.model, self.keep = ledger, model, keep
+
+    def append(self, entry: Any) -> None:
+        self.ledger.bill(self.model, entry)
+        if self.keep:
+            super().append(entry)
+
+    def extend(self, entries: Any) -> None:
+        for entry in entries:
+            self.append(entry)
+
+
+class RolloutUsage(UsageTracker):
+    """One rollout's own usage tracker (DSPy attaches ``pred.get_lm_usage()`` only under a tracker of the
+    program's own): it keeps the rollout's entries and bills each to the run's ledger as it comes."""
+
+    def __init__(self, ledger: RunLedger):
+        super().__init__()
+        self.usage_data = _BilledEntries(ledger, keep=True)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> RolloutUsage:
+        """``dspy.Parallel`` in the program deep-copies it into its threads: their calls are the rollout's too."""
+        return self
+
+
+class RunLedger(UsageTracker):
+    """The run's LM calls and dollars; DSPy's usage tracker for the run, fed once per call by ``feed``.
+
+    ``prices``: models priced before the run (a dollar cap checks them all); others are looked up on
+    their first billed call. ``earlier_usd``: dollars (all, reflection) a resumed run had spent before.
+    """
+
+    def __init__(self, prices: dict[str, Price | None] | None = None, *, earlier_usd: tuple[float, float] = (0.0, 0.0)):
+        super().__init__()
+        self.usage_data = _BilledEntries(self, keep=False)  # billed as they come, not kept: a run may be long
+        self.parent: UsageTracker | None = None  # an enclosing tracker (``dspy.track_usage()`` around compile)
+        self.prices: dict[str, Price | None] = dict(prices or {})
+        self.earlier_usd, self.earlier_reflection_usd = earlier_usd
+        self.stop = RunStop()
+        self._lock = threading.Lock()
+        self._open: dict[str, Call] = {}
+        self._tally = Tally()
+        self._remote = Tally()  # calls made in other processes (a Ray actor's), told by ``absorb``
+        self._handed_up_later = 0  # ended calls whose usage a program's own tracker will hand up (``Call``)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> RunLedger:
+        """``dspy.Parallel`` deep-copies the usage tracker into each of its threads: they bill the run's ledger."""
+        return self
+
+    # -- a call's life, told by the feed ------------------------------------------------------------
+    def call_started(self, call_id: str, model: str) -> None:
+        call = Call(call_id, model, reflection=bool(dspy.settings.get(REFLECTING, False)),
+                    usage_elsewhere=not isinstance(dspy.settings.usage_tracker, (RunLedger, RolloutUsage)))
+        with self._lock:
+            if self.stop.returned:  # a call the search returned without: never the run's
+                call.abandoned = True
+                self._tally = replace(self._tally, abandoned=self._tally.abandoned + 1)
+            else:
+                self._open[call_id] = call
+                in_flight = len(self._open)
+                self._tally = replace(self._tally, in_flight=in_flight,
+                                      peak_in_flight=max(self._tally.peak_in_flight, in_flight))
+        _IN_PROGRESS.set((*_IN_PROGRESS.get(), (self, call)))
+
+    def call_ended(self, call_id: str, exception: BaseException | None) -> None:
+        _IN_PROGRESS.set(tuple(entry for entry in _IN_PROGRESS.get()
+                               if entry[0] is not self or entry[1].call_id != call_id))
+        with self._lock:
+            call = self._open.pop(call_id, None)
+            if call is None:  # abandoned: the search returned while it was in flight
+                return
+            t = self._tally
+            self._handed_up_later += call.usage_elsewhere and not call.billed
+            retries = call.failed_attempts - (exception is not None and call.last_attempt_failed)
+            self._tally = replace(t, calls=t.calls + 1, attempts=t.attempts + call.attempts,
+                                  retries=t.retries + retries, failures=t.failures + (exception is not None),
+                                  attempts_unknown=t.attempts_unknown + (not call.executed),
+                                  in_flight=len(self._open))
+
+    def call_in_progress(self) -> Call | None:
+        """This context's call in progress, as heard so far (its cost, its billed prompt tokens)."""
+        return self._current()
+
+    # -- billing: DSPy's usage tracker ----------------------------------------------------------------
+    def add_usage(self, lm: str, usage_entry: dict[str, Any]) -> None:
+        """DSPy bills a call; an empty entry (a provider that reports no usage) is no bill."""
+        if usage_entry:
+            self.bill(lm, self._flatten_usage_entry(usage_entry))
+
+    def bill(self, model: str, entry: Any) -> None:
+        """Price one billed call and count it, for the call in progress in this context if there is one."""
+        call = self._current()
+        if call is not None and call.abandoned:
+            return
+        reflection = call.reflection if call is not None else bool(dspy.settings.get(REFLECTING, False))
+        prompt, completion = (count or 0 for count in billed_tokens(entry))
+        price = self._price(model)
+        cost = price.of(prompt, completion) if price is not None else 0.0
+        with self._lock:
+            if self.stop.returned:
+                return
+            handed_up = call is None and self._handed_up_later > 0
+            self._handed_up_later -= handed_up
+            t = self._tally
+            self._tally = replace(
+                t, billed=t.billed + 1, unheld=t.unheld + (call is None and not handed_up), prompt_tokens=t.prompt_tokens + prompt,
+                completion_tokens=t.completion_tokens + completion, unpriced=t.unpriced + (price is None),
+                task_usd=t.task_usd + (0.0 if reflection else cost),
+                reflection_usd=t.reflection_usd + (cost if reflection else 0.0))
+            if call is not None:
+                call.cost_usd += cost
+                call.prompt_tokens += prompt
+                call.billed = True
+        if self.parent is not None:  # as DSPy hands a nested tracker's usage up
+            self.parent.add_usage(model, entry)
+
+    def _price(self, model: str) -> Price | None:
+        if model not in self.prices:
+            self.prices[model] = token_prices(model)
+        return self.prices[model]
+
+    # -- reading ----------------------------------------------------------------------------------------
+    def tally(self) -> Tally:
+        with self._lock:
+            return self._tally.plus(self._remote)
+
+    def spent_usd(self) -> tuple[float, float]:
+        """Dollars spent in all and on reflection, a resumed run's earlier dollars included."""
+        tally = self.tally()
+        return (self.earlier_usd + tally.task_usd + tally.reflection_usd,
+                self.earlier_reflection_usd + tally.reflection_usd)
+
+    def absorb(self, remote: Tally) -> None:
+        """Calls made where the feed could not hear them (a Ray actor's rollouts), counted and priced there."""
+        with self._lock:
+            if not self.stop.returned:
+                self._remote = self._remote.plus(remote)
+
+    def search_returned(self) -> None:
+        """The search is over: calls in flight now are abandoned, and nothing later changes the tally."""
+        with self._lock:
+            self.stop.returned = True
+            for call in self._open.values():
+                call.abandoned = True
+            self._tally = replace(self._tally, abandoned=self._tally.abandoned + len(self._open), in_flight=0)
+            self._open.clear()
+
+    def _current(self) -> Call | None:
+        return next((call for ledger, call in reversed(_IN_PROGRESS.get()) if ledger is self), None)
+
+
+
+# How many of a run's metric calls may go without an LM call before the run says the cache answered them.
+CACHE_WARNING_RATIO = 0.5
+
+
+def answered_from_cache(usage: UsageTotals, metric_calls: int) -> bool:
+    """Far fewer billed LM calls than metric calls: a cache (DSPy's is on by default) answered the run."""
+    return bool(metric_calls) and usage.lm_calls < CACHE_WARNING_RATIO * metric_calls
+
+
+def warn_if_answered_from_cache(usage: UsageTotals, metric_calls: int) -> None:
+    """Such a run's timings, token counts and costs describe the cache, not the LMs."""
+    if answered_from_cache(usage, metric_calls):
+        logger.warning(
+            "This run made %d LM calls for %d metric calls: most answers came from DSPy's cache (or the program "
+            "calls no LM), so its wall-clock, tokens and cost do not describe a fresh run. Turn the cache off "
+            "for timed or compared runs: dspy.LM(..., cache=False), or dspy.configure_cache(enable_disk_cache=False, "
+            "enable_memory_cache=False).", usage.lm_calls, metric_calls,
+        )
