@@ -70,16 +70,16 @@ class StepRecord:
     """
 
     step: int
-    kind: str  # "reflective", or "crossover": a step gepa's crossover (use_merge=True) took over
+    kind: str
     p: int
     n: int
-    width: int  # proposal tasks sampled (P·N unless the budget narrowed the step; async: pipelines started)
+    width: int
     distinct_parents: int
-    proposals: int  # children screened on their minibatch (async: pipelines that finished with a child)
-    accepted: int  # candidates fully validated and added to the pool
+    proposals: int
+    accepted: int
     full_validation: bool
     new_candidates: list[int]
-    metric_calls: int  # spent in this step
+    metric_calls: int
     metric_calls_total: int
     budget: int
     best_val: float
@@ -95,30 +95,23 @@ class StepRecord:
     worker_utilisation: float
     num_workers: int
     started_at: float = field(default=0.0)
-    improved: int = 0  # children that beat their parent on the minibatch (selection may validate fewer)
+    improved: int = 0
     minibatch_size: int = 0
     val_size: int = 0
-    # LM usage of the step; calls answered from DSPy's cache are not billed and not counted.
     lm_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    cost_usd: float | None = None  # None while litellm knows the price of no model used
-    cost_usd_total: float | None = None  # the run's dollars so far, seed validation included
-    # LM retries (requests sent again after a failed attempt; None where DSPy does not tell them) and LM calls
-    # that failed after their last retry.
+    cost_usd: float | None = None
+    cost_usd_total: float | None = None
     lm_retries: int | None = 0
     lm_failures: int = 0
-    # Sibling merge (selection="merge"): improving children merged into the validated candidate, and its time.
     sibling_merged: int = 0
     sibling_merge_s: float = 0.0
-    # "steps" (gepa's loop: one record per step) or "async" (one record per validation window; times
-    # are sums over overlapping pipelines, not wall-clock phases).
-    schedule: str = "steps"
-    # What is left of the run's dollar cap and deadline (max_cost_usd, max_wall_s) after the step; None without one.
+    schedule: str = "steps"  # one record per step of gepa's loop, or per validation window ("async")
     cost_usd_left: float | None = None
     wall_s_left: float | None = None
-    time_left_s: float | None = None  # until the first budget binds, at the pace so far
-    time_left_budget: str | None = None  # which one: max_metric_calls, max_cost_usd or max_wall_s
+    time_left_s: float | None = None
+    time_left_budget: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

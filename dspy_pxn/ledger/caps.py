@@ -1,27 +1,19 @@
 """Budgets people plan in: dollars (``max_cost_usd``, ``max_reflection_cost_usd``) and a deadline (``max_wall_s``).
 
-A metric-call budget is exact because the schedules reserve calls before they start work. A
-dollar budget cannot be planned that way: what a rollout costs is known only when its prompt
-is. So every LM call of the search passes one gate, ``RunCaps``, a DSPy callback installed
-first in the context (before a concurrency cap or a user's callback has seen the call):
+A dollar budget cannot be reserved ahead like metric calls: a rollout's cost is known only once its
+prompt is. So every LM call of the search passes one gate, ``RunCaps``, a DSPy callback first in the
+context (before a concurrency cap or a user's callback has seen the call). It reserves the call's
+worst case (its prompt's tokens at most, ``prices.PromptTokenBound``, plus its ``max_tokens``); a
+call that does not fit beside what the ledger says is spent and what is reserved waits for the calls
+in flight to settle, and one that would not fit even then, or comes after the deadline, is refused
+(``CapReached``), with every later call. When the call ends its reservation is released: what it
+cost, the ledger priced as DSPy billed it.
 
-- before the call it reserves the call's worst case: its prompt's tokens at most (learned from the
-  provider's bills, ``prices.PromptTokenBound``) plus its ``max_tokens`` of output, at the model's price. If that does not fit beside what
-  the ledger says is spent and what is reserved, it waits for the calls in flight to settle (they
-  usually cost far less than their worst case); if it cannot fit even then, or the deadline has
-  passed, it refuses the call by raising ``CapReached``, and every later call of the run is refused;
-- DSPy bills the call while it is in progress, and the run's ledger prices it then; when the call
-  ends its reservation is released. The gate keeps reservations, never dollars: what is spent is
-  the ledger's.
-
-``CapReached`` is a ``BaseException``, as ``KeyboardInterrupt`` is: DSPy's adapters retry
-failed calls with another adapter, rollouts score errors as failures and callbacks' errors are
-logged, all on ``Exception``; a refused call must instead end the search, which the schedules
-do by returning the best program found (``stopped_by`` says which budget ended the run).
-
-The gate refuses late; the schedules avoid starting work the caps cannot pay for or finish in
-time, from the run's pace so far (``blocks``). Work sent to another process (a Ray actor) cannot
-reach this gate: it carries a share of what is left (``remote``).
+``CapReached`` is a ``BaseException``, as ``KeyboardInterrupt`` is: DSPy's adapters retry, rollouts
+score and callbacks log on ``Exception``, and a refused call must end the search instead (the
+schedules return the best program found; ``stopped_by`` names the budget). The schedules also avoid
+starting work the caps cannot pay for or finish at the run's pace (``blocks``). Work sent to another
+process (a Ray actor) carries a share of what is left (``remote``).
 """
 
 from __future__ import annotations
@@ -117,21 +109,31 @@ class RunCaps(BaseCallback):
 
     def refuse(self, budget: str, why: str) -> None:
         """Stop the run now: every later call is refused, naming ``budget``."""
-        self.stop.refuse(budget, why)
+        self.stop.end(budget, why, refuse=True)
         with self.settled:
             self.settled.notify_all()
 
     def left(self, reflection: bool) -> tuple[float, str]:
-        """Dollars neither spent nor reserved, and the budget they are of (caller holds ``lock``)."""
+        """Dollars neither spent nor reserved for work of this kind, and the budget they are of (caller holds
+        ``lock``)."""
+        lefts = self._lefts()
+        budget = min(lefts, key=lefts.__getitem__) if reflection else "max_cost_usd"
+        return lefts[budget], budget
+
+    def _lefts(self, settled: bool = False) -> dict[str, float]:
+        """Each cap's dollars neither spent nor reserved (``settled``: as if nothing were reserved)."""
         spent, reflection_spent = self.ledger.spent_usd()
-        left = {"max_cost_usd": float("inf")}
-        if self.max_cost_usd is not None:
-            left["max_cost_usd"] = self.max_cost_usd - spent - self.reserved
-        if reflection and self.max_reflection_cost_usd is not None:
-            left["max_reflection_cost_usd"] = (
-                self.max_reflection_cost_usd - reflection_spent - self.reflection_reserved)
-        budget = min(left, key=left.__getitem__)
-        return left[budget], budget
+        reserved, reflection_reserved = (0.0, 0.0) if settled else (self.reserved, self.reflection_reserved)
+        caps = {"max_cost_usd": (self.max_cost_usd, spent + reserved),
+                "max_reflection_cost_usd": (self.max_reflection_cost_usd, reflection_spent + reflection_reserved)}
+        return {name: float("inf") if cap is None else cap - used for name, (cap, used) in caps.items()}
+
+    def _over(self, usd: float, reflection_usd: float, settled: bool = False) -> str | None:
+        """The cap that ``usd`` more, ``reflection_usd`` of it the reflection LM's, would overrun, if any."""
+        lefts = self._lefts(settled)
+        if usd > lefts["max_cost_usd"]:
+            return "max_cost_usd"
+        return "max_reflection_cost_usd" if reflection_usd > lefts["max_reflection_cost_usd"] else None
 
     def reserve(self, usd: float, reflection: bool) -> None:
         """Hold ``usd`` for work under way (caller holds ``lock``); ``release`` gives it back."""
@@ -159,7 +161,9 @@ class RunCaps(BaseCallback):
         with self.settled:
             # A call that would fit once the calls in flight settle (they usually cost far less than their
             # worst case) waits for them; one that would not fit even then is refused.
-            while (over := self._over(worst, reflection)) is not None and self._fits_when_settled(worst, reflection):
+            reflection_usd = worst if reflection else 0.0
+            while ((over := self._over(worst, reflection_usd)) is not None and self.reserved
+                   and self._over(worst, reflection_usd, settled=True) is None):
                 if self.stop.refusing or self._past_deadline():
                     over = self.stop.budget if self.stop.refusing else "max_wall_s"
                     break
@@ -188,21 +192,6 @@ class RunCaps(BaseCallback):
                                "billed more tokens per byte than earlier ones, so a dollar cap may be overrun by that "
                                "difference.", model, call.cost_usd, worst)
         self.release(worst, reflection)
-
-    def _fits_when_settled(self, worst: float, reflection: bool) -> bool:
-        """Whether a call of this worst case fits beside what is spent once nothing is reserved (lock held)."""
-        if not self.reserved:
-            return False
-        spent, reflection_spent = self.ledger.spent_usd()
-        if self.max_cost_usd is not None and spent + worst > self.max_cost_usd:
-            return False
-        return not (reflection and self.max_reflection_cost_usd is not None
-                    and reflection_spent + worst > self.max_reflection_cost_usd)
-
-    def _over(self, worst: float, reflection: bool) -> str | None:
-        """The budget a call of this worst case would overrun, if any (caller holds the lock)."""
-        left, budget = self.left(reflection)
-        return budget if worst > left else None
 
     def _wait_s(self) -> float:
         """How long a call waits for others to settle before it looks again (the deadline, at most)."""
@@ -250,15 +239,8 @@ class RunCaps(BaseCallback):
         tally, pace = self.ledger.tally(), self.pace
         per_rollout = tally.task_usd / pace.rollouts if pace.rollouts else 0.0
         for_reflections = reflections * (tally.reflection_usd / pace.reflections if pace.reflections else 0.0)
-        spent, reflection_spent = self.ledger.spent_usd()
         with self.lock:
-            if self.max_cost_usd is not None and (
-                    spent + self.reserved + rollouts * per_rollout + for_reflections > self.max_cost_usd):
-                return "max_cost_usd"
-            if self.max_reflection_cost_usd is not None and (
-                    reflection_spent + self.reflection_reserved + for_reflections > self.max_reflection_cost_usd):
-                return "max_reflection_cost_usd"
-        return None
+            return self._over(rollouts * per_rollout + for_reflections, for_reflections)
 
     def in_time(self, rollout_waves: int, reflections_in_series: int) -> bool:
         """Whether work of this critical path (waves of rollouts, reflections one after another) ends

@@ -1,27 +1,25 @@
 """How a run's LM calls reach its ledger: one callback at the LMs it reaches, and DSPy's retry loop.
 
-The callback. The run's ledger is active in its context (a DSPy setting, so it reaches every thread
-the context's work runs in: the pools copy the context, and ``dspy.Parallel`` copies DSPy's
-settings), and the LMs the run reaches (``reachable_lms``: the context's LM, the reflection LM,
-every LM a program holds) carry one instance-level callback, ``FEED``, that tells the ledgers active
-in the caller's context when a call starts and ends. Only LM calls dispatch to it: a context-wide
-callback would make DSPy dispatch every module and adapter event of every rollout (a third of the
-driver's CPU per call on a light task). A call from outside the run (another run, a thread of the
-user's) reaches no ledger of this run. An LM the program does not hold (a module-level LM, one made
-in ``forward``) is not heard: its billed usage still reaches the ledger, which reports it (``unheld``).
+The callback, ``FEED``, sits on each LM the run reaches (``reachable_lms``: the context's LM, the
+reflection LM, every LM a program holds) and tells the ledgers active in the caller's context (a
+DSPy setting, which reaches the pools' threads and ``dspy.Parallel``'s) when a call starts and ends.
+Only LM calls dispatch to it: a context-wide callback would make DSPy dispatch every module and
+adapter event of every rollout, a third of the driver's CPU per call on a light task. A call from
+outside the run reaches no ledger of the run; an LM the program does not hold (a module-level LM)
+is not heard, but its billed usage reaches the ledger, which reports it (``unheld``).
 
-Attempts. DSPy 3.4 retries a failed request itself, on every engine (its native lm15 engine,
-litellm, a custom one): ``dspy.clients.execution.execute`` makes one ``_attempt`` per request, up to
-``num_retries`` more after a retryable failure, and no engine retries underneath (measured: one
-HTTP request per attempt). DSPy exposes no count of them, so the seam here wraps those two functions
-(and their async twins) once per process, leaving what they do unchanged, and tells the calls in
-progress in the caller's context. Where a DSPy version lacks them, ``attempts_known`` is False and
-a run reports its attempts and retries as None, never as 0.
+Attempts. DSPy 3.4 retries failed requests itself on every engine (native lm15, litellm, custom):
+``dspy.clients.execution.execute`` makes one ``_attempt`` per request and no engine retries under it
+(measured: one HTTP request per attempt). DSPy exposes no count of them, so they and their async
+twins are wrapped once per process, unchanged, and tell the calls in progress in the caller's
+context. A call that never reached them (a DSPy without them, an LM that bypasses DSPy's execution)
+has unknown attempts, which the run reports as None, never as 0.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -32,7 +30,7 @@ from dspy.utils.callback import BaseCallback
 
 from dspy_pxn.ledger.ledger import RunLedger, calls_in_progress
 
-__all__ = ["FEED", "active_ledgers", "attempts_known", "feeding", "leave_unfed", "reachable_lms"]
+__all__ = ["FEED", "active_ledgers", "feeding", "leave_unfed", "reachable_lms"]
 
 # The DSPy setting that holds the ledgers a run made active (``feeding``). A setting, not a context
 # variable of ours: dspy.Parallel inside a program runs its items in threads that get DSPy's settings only.
@@ -144,88 +142,66 @@ def _drop(lm: Any) -> None:
 
 # ----------------------------------------------------------------------------- attempts, in DSPy's retry loop
 _seam_lock = threading.Lock()
-_seam: bool | None = None  # None: not tried yet; True: installed; False: this DSPy has no such loop
-
-
-def attempts_known() -> bool:
-    """Whether this DSPy's retry loop tells the ledger each attempt (False: attempts are reported as None)."""
-    _install_attempt_seam()
-    return bool(_seam)
+_seam_installed = False
+# DSPy's execution path, and what each function tells the calls in progress in the caller's context.
+_SEAM = {"execute": "executed", "aexecute": "executed", "_attempt": "attempt", "_aattempt": "attempt"}
 
 
 def _install_attempt_seam() -> None:
-    global _seam
-    if _seam is not None:
-        return
+    """Wrap DSPy's execution and attempt functions once per process, where this DSPy has them."""
+    global _seam_installed
     with _seam_lock:
-        if _seam is not None:
+        if _seam_installed:
             return
+        _seam_installed = True
         try:
             from dspy.clients import execution
-        except ImportError:  # a DSPy before its one execution path: no attempts to count
-            _seam = False
+        except ImportError:  # a DSPy before its one execution path: attempts stay unknown
             return
-        names = ("execute", "aexecute", "_attempt", "_aattempt")
-        if not all(callable(getattr(execution, name, None)) for name in names):
-            _seam = False
-            return
-        execution.execute = _told(execution.execute, _executing)
-        execution.aexecute = _told_async(execution.aexecute, _executing)
-        execution._attempt = _told(execution._attempt, _attempting)
-        execution._aattempt = _told_async(execution._aattempt, _attempting)
-        _seam = True
+        if all(callable(getattr(execution, name, None)) for name in _SEAM):
+            for name, told in _SEAM.items():
+                setattr(execution, name, _telling(getattr(execution, name), told == "attempt"))
 
 
-def _executing() -> Callable[[bool], None]:
-    """The calls in progress here reached DSPy's execution: their attempts are counted from now."""
-    for _, call in calls_in_progress():
-        call.executed = True
-    return _nothing
+def _telling(function: Callable[..., Any], attempt: bool) -> Callable[..., Any]:
+    """``function`` unchanged, but the calls in progress hear that it ran: their execution began (their
+    attempts are counted from now), or one attempt was made, and whether it raised."""
 
-
-def _attempting() -> Callable[[bool], None]:
-    """One request to the provider begins; the returned function hears whether it raised."""
-    calls = [call for _, call in calls_in_progress()]
-    for call in calls:
-        call.attempts += 1
-
-    def ended(failed: bool) -> None:
+    def began() -> list[Any]:
+        calls = [call for _, call in calls_in_progress()]
         for call in calls:
+            call.attempts += attempt
+            call.executed = True
+        return calls
+
+    def ended(calls: list[Any], failed: bool) -> None:
+        for call in calls if attempt else ():
             call.failed_attempts += failed
             call.last_attempt_failed = failed
 
-    return ended
+    if inspect.iscoroutinefunction(function):
+        @functools.wraps(function)
+        async def told_async(*args: Any, **kwargs: Any) -> Any:
+            calls = began()
+            try:
+                result = await function(*args, **kwargs)
+            except BaseException:
+                ended(calls, True)
+                raise
+            ended(calls, False)
+            return result
 
+        return told_async
 
-def _nothing(failed: bool) -> None:
-    return None
-
-
-def _told(function: Callable[..., Any], begins: Callable[[], Callable[[bool], None]]) -> Callable[..., Any]:
     @functools.wraps(function)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        ended = begins() if calls_in_progress() else _nothing
+    def told(*args: Any, **kwargs: Any) -> Any:
+        calls = began()
         try:
             result = function(*args, **kwargs)
         except BaseException:
-            ended(True)
+            ended(calls, True)
             raise
-        ended(False)
+        ended(calls, False)
         return result
 
-    return wrapper
-
-
-def _told_async(function: Callable[..., Any], begins: Callable[[], Callable[[bool], None]]) -> Callable[..., Any]:
-    @functools.wraps(function)
-    async def wrapper(*args: Any, **kwargs: Any) -> Any:
-        ended = begins() if calls_in_progress() else _nothing
-        try:
-            result = await function(*args, **kwargs)
-        except BaseException:
-            ended(True)
-            raise
-        ended(False)
-        return result
-
-    return wrapper
+    return told

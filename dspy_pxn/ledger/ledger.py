@@ -1,23 +1,14 @@
-"""One run's LM calls and what they cost, kept in one place: the ``RunLedger``.
+"""One run's LM calls and what they cost, in one place: the ``RunLedger``.
 
-Every fact about a run's LM calls lives here and nowhere else: calls, attempts, retries and
-failures, tokens, dollars (task and reflection), calls in flight, and calls the run returned
-without. It hears each call twice, from two places DSPy already has:
+It hears each call from two places DSPy already has: its start, attempts and end from the run's
+one LM callback (``feed``), and its billed usage as DSPy's ``usage_tracker``, which DSPy hands every
+billed call's usage while the call is in progress. It is the only place a call is priced, then, so
+a dollar cap reading it is never late. The caps, step records, progress line, tracking, result and
+resume all read it; a step's share is ``tally().since(previous)``.
 
-- its start and end, from the run's one LM callback (``feed``), which also counts the call's
-  attempts where DSPy's retry loop makes them (``feed.attempts_known``);
-- its billed usage, as DSPy's ``usage_tracker``: DSPy hands every billed (non-cached) call's
-  usage to the context's tracker while the call is in progress, in its thread. The ledger is
-  the only place a call is priced, at that moment, so a dollar cap reading it is never late.
-
-Everything else reads it: the dollar and deadline caps (``caps``), the step records (a step's
-share is ``tally().since(previous)``), the progress line, tracking, the result and resume.
-
-``stop`` is the run's one signal that it is over: which budget ended the search, whether LM calls
-are refused, and whether the search has returned. Once it has, the ledger is frozen: calls still
-in flight then (an async run's last reflections, which no budget could still use) and calls
-started afterwards are ``abandoned``, in no other count, so the result tells what its last step
-record tells, however late those calls return.
+``stop`` is the run's one signal that it is over. Once the search has returned the ledger is
+frozen: calls still in flight (an async run's last reflections, which no budget could still use)
+and calls started later are ``abandoned``, in no other count, however late they return.
 """
 
 from __future__ import annotations
@@ -26,7 +17,7 @@ import contextvars
 import logging
 import threading
 from collections import defaultdict
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import dspy
@@ -55,7 +46,7 @@ class UsageTotals:
 @dataclass(frozen=True)
 class LMCallCounts:
     """LM calls of the run's LMs (cache hits included). ``attempts`` are requests sent to a provider and
-    ``retries`` those beyond a call's first (None where DSPy does not say: see ``feed.attempts_known``);
+    ``retries`` those beyond a call's first (None where DSPy does not tell them, see ``feed``);
     ``failures`` are calls that raised after their last retry. ``abandoned`` are calls the run returned
     without (in flight when it ended, or started after): in no other count, so ``calls + abandoned`` are
     all the calls it started."""
@@ -104,15 +95,16 @@ class Tally:
 
     def since(self, earlier: Tally) -> Tally:
         """What happened after ``earlier``; the moment's gauges (in flight, peak) are this tally's."""
-        gauges = ("in_flight", "peak_in_flight")
-        return Tally(**{f.name: getattr(self, f.name) if f.name in gauges else
-                        getattr(self, f.name) - getattr(earlier, f.name) for f in fields(self)})
+        return self._with(earlier, -1)
 
     def plus(self, other: Tally) -> Tally:
         """Both tallies' counts (``other``: calls made where this ledger could not hear them, a Ray actor)."""
+        return self._with(other, 1)
+
+    def _with(self, other: Tally, sign: int) -> Tally:  # counts add up; the gauges are this moment's
         gauges = ("in_flight", "peak_in_flight")
-        return Tally(**{f.name: getattr(self, f.name) if f.name in gauges else
-                        getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+        return Tally(**{f.name: getattr(self, f.name) + (0 if f.name in gauges else sign * getattr(other, f.name))
+                        for f in fields(self)})
 
 
 @dataclass
@@ -159,64 +151,61 @@ class RunStop:
         self.refusing = False
         self.returned = False
 
-    def end(self, budget: str, why: str) -> None:
-        """No more work is started: ``budget`` ended the run (the first to say so is kept)."""
+    def end(self, budget: str, why: str, refuse: bool = False) -> None:
+        """No more work is started (and with ``refuse``, every later LM call is refused): ``budget`` ended the
+        run, the first to say so is kept."""
         with self._lock:
-            first, self.budget = self.budget is None, self.budget or budget
+            first = not self.refusing if refuse else self.budget is None
+            self.budget, self.refusing = self.budget or budget, self.refusing or refuse
         if first:
-            logger.info("%s: %s; no more work is started.", budget, why)
-
-    def refuse(self, budget: str, why: str) -> None:
-        """Every later LM call is refused, naming ``budget``."""
-        with self._lock:
-            first = not self.refusing
-            self.budget, self.refusing = self.budget or budget, True
-        if first:
-            logger.info("%s: %s; the search stops and returns the best program found.", budget, why)
+            logger.info("%s: %s; %s.", budget, why, "the search stops and returns the best program found" if refuse
+                        else "no more work is started")
 
 
 class _BilledEntries(defaultdict):
-    """A tracker's ``usage_data`` whose entries are billed to a ledger as they are added (a nested
-    ``dspy.track_usage()`` in a program hands its entries up by extending these lists directly)."""
+    """A tracker's ``usage_data`` that bills each entry to a ledger as it is added (a program's own
+    ``dspy.track_usage()`` hands its entries up by extending these lists, not through ``add_usage``)."""
 
-    def __init__(self, ledger: RunLedger, keep: bool):
+    def __init__(self, ledger: RunLedger):
         super().__init__(list)
-        self.ledger, self.keep = ledger, keep
+        self.ledger = ledger
 
     def __missing__(self, model: str) -> _Bill:
-        bill = self[model] = _Bill(self.ledger, model, self.keep)
+        bill = self[model] = _Bill(self.ledger, model)
         return bill
 
 
 class _Bill(list):
-    def __init__(self, ledger: RunLedger, model: str, keep: bool):
+    def __init__(self, ledger: RunLedger, model: str):
         super().__init__()
-        self.ledger, self.model, self.keep = ledger, model, keep
+        self.ledger, self.model = ledger, model
 
     def append(self, entry: Any) -> None:
         self.ledger.bill(self.model, entry)
-        if self.keep:
-            super().append(entry)
+        super().append(entry)
 
     def extend(self, entries: Any) -> None:
         for entry in entries:
             self.append(entry)
 
 
-class RolloutUsage(UsageTracker):
-    """One rollout's own usage tracker (DSPy attaches ``pred.get_lm_usage()`` only under a tracker of the
-    program's own): it keeps the rollout's entries and bills each to the run's ledger as it comes."""
+class _BillsTheRun(UsageTracker):
+    """A usage tracker whose entries the run's ledger bills as they come. ``dspy.Parallel`` deep-copies the
+    tracker into its threads (in a program, or DSPy's evaluators): the copy is the tracker itself."""
 
     def __init__(self, ledger: RunLedger):
         super().__init__()
-        self.usage_data = _BilledEntries(ledger, keep=True)
+        self.usage_data = _BilledEntries(ledger)
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> RolloutUsage:
-        """``dspy.Parallel`` in the program deep-copies it into its threads: their calls are the rollout's too."""
+    def __deepcopy__(self, memo: dict[int, Any]) -> _BillsTheRun:
         return self
 
 
-class RunLedger(UsageTracker):
+class RolloutUsage(_BillsTheRun):
+    """One rollout's own tracker: DSPy attaches ``pred.get_lm_usage()`` only under a tracker of the program's."""
+
+
+class RunLedger(_BillsTheRun):
     """The run's LM calls and dollars; DSPy's usage tracker for the run, fed once per call by ``feed``.
 
     ``prices``: models priced before the run (a dollar cap checks them all); others are looked up on
@@ -224,8 +213,7 @@ class RunLedger(UsageTracker):
     """
 
     def __init__(self, prices: dict[str, Price | None] | None = None, *, earlier_usd: tuple[float, float] = (0.0, 0.0)):
-        super().__init__()
-        self.usage_data = _BilledEntries(self, keep=False)  # billed as they come, not kept: a run may be long
+        super().__init__(self)
         self.parent: UsageTracker | None = None  # an enclosing tracker (``dspy.track_usage()`` around compile)
         self.prices: dict[str, Price | None] = dict(prices or {})
         self.earlier_usd, self.earlier_reflection_usd = earlier_usd
@@ -233,17 +221,12 @@ class RunLedger(UsageTracker):
         self._lock = threading.Lock()
         self._open: dict[str, Call] = {}
         self._tally = Tally()
-        self._remote = Tally()  # calls made in other processes (a Ray actor's), told by ``absorb``
         self._handed_up_later = 0  # ended calls whose usage a program's own tracker will hand up (``Call``)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> RunLedger:
-        """``dspy.Parallel`` deep-copies the usage tracker into each of its threads: they bill the run's ledger."""
-        return self
 
     # -- a call's life, told by the feed ------------------------------------------------------------
     def call_started(self, call_id: str, model: str) -> None:
         call = Call(call_id, model, reflection=bool(dspy.settings.get(REFLECTING, False)),
-                    usage_elsewhere=not isinstance(dspy.settings.usage_tracker, (RunLedger, RolloutUsage)))
+                    usage_elsewhere=not isinstance(dspy.settings.usage_tracker, _BillsTheRun))
         with self._lock:
             if self.stop.returned:  # a call the search returned without: never the run's
                 call.abandoned = True
@@ -272,17 +255,12 @@ class RunLedger(UsageTracker):
 
     def call_in_progress(self) -> Call | None:
         """This context's call in progress, as heard so far (its cost, its billed prompt tokens)."""
-        return self._current()
+        return next((call for ledger, call in reversed(_IN_PROGRESS.get()) if ledger is self), None)
 
     # -- billing: DSPy's usage tracker ----------------------------------------------------------------
-    def add_usage(self, lm: str, usage_entry: dict[str, Any]) -> None:
-        """DSPy bills a call; an empty entry (a provider that reports no usage) is no bill."""
-        if usage_entry:
-            self.bill(lm, self._flatten_usage_entry(usage_entry))
-
     def bill(self, model: str, entry: Any) -> None:
         """Price one billed call and count it, for the call in progress in this context if there is one."""
-        call = self._current()
+        call = self.call_in_progress()
         if call is not None and call.abandoned:
             return
         reflection = call.reflection if call is not None else bool(dspy.settings.get(REFLECTING, False))
@@ -296,8 +274,9 @@ class RunLedger(UsageTracker):
             self._handed_up_later -= handed_up
             t = self._tally
             self._tally = replace(
-                t, billed=t.billed + 1, unheld=t.unheld + (call is None and not handed_up), prompt_tokens=t.prompt_tokens + prompt,
-                completion_tokens=t.completion_tokens + completion, unpriced=t.unpriced + (price is None),
+                t, billed=t.billed + 1, unheld=t.unheld + (call is None and not handed_up),
+                prompt_tokens=t.prompt_tokens + prompt, completion_tokens=t.completion_tokens + completion,
+                unpriced=t.unpriced + (price is None),
                 task_usd=t.task_usd + (0.0 if reflection else cost),
                 reflection_usd=t.reflection_usd + (cost if reflection else 0.0))
             if call is not None:
@@ -315,7 +294,7 @@ class RunLedger(UsageTracker):
     # -- reading ----------------------------------------------------------------------------------------
     def tally(self) -> Tally:
         with self._lock:
-            return self._tally.plus(self._remote)
+            return self._tally
 
     def spent_usd(self) -> tuple[float, float]:
         """Dollars spent in all and on reflection, a resumed run's earlier dollars included."""
@@ -327,7 +306,7 @@ class RunLedger(UsageTracker):
         """Calls made where the feed could not hear them (a Ray actor's rollouts), counted and priced there."""
         with self._lock:
             if not self.stop.returned:
-                self._remote = self._remote.plus(remote)
+                self._tally = self._tally.plus(remote)
 
     def search_returned(self) -> None:
         """The search is over: calls in flight now are abandoned, and nothing later changes the tally."""
@@ -337,10 +316,6 @@ class RunLedger(UsageTracker):
                 call.abandoned = True
             self._tally = replace(self._tally, abandoned=self._tally.abandoned + len(self._open), in_flight=0)
             self._open.clear()
-
-    def _current(self) -> Call | None:
-        return next((call for ledger, call in reversed(_IN_PROGRESS.get()) if ledger is self), None)
-
 
 
 # How many of a run's metric calls may go without an LM call before the run says the cache answered them.

@@ -1,19 +1,12 @@
 """A cap on LM calls in progress at once: ``BatchedGEPA(max_concurrent_lm_calls=K)``.
 
-Providers limit *requests*, not our workers: a run with W = 64 workers against a provider that
-allows 16 concurrent requests must queue its calls, not collect 429s. ``LMCallLimiter`` is a
-context-wide DSPy callback (it must hold for any LM, so it pays DSPy's dispatch of every module
-and adapter event): ``on_lm_start`` blocks until one of K slots is free, ``on_lm_end`` (DSPy calls
-it in a ``finally``) frees it. It caps and counts nothing: the run's counts are its ledger's.
-
-DSPy retries a failed request itself (``dspy.LM(num_retries=3)``: rate limits, 5xx, timeouts and
-transport errors, waiting the server's ``Retry-After`` when it sends one, else 1, 2, 4, ... s) on
-every engine, one request per attempt. A slot is held while a call sleeps before its retry, so a
-rate-limited run also sends fewer requests meanwhile: the cap counts calls in progress, which bounds
-the requests in flight (one attempt at a time per call).
-
-The blocking slot is for DSPy's synchronous path (BatchedGEPA's thread pool); an ``acall`` from an
-event loop would block the loop and is not capped.
+Providers limit requests, not workers: W = 64 workers against a provider that allows 16 concurrent
+requests must queue, not collect 429s. ``LMCallLimiter`` is a context-wide DSPy callback (it must
+hold for any LM, so it pays DSPy's dispatch of every event): ``on_lm_start`` blocks until one of K
+slots is free, ``on_lm_end`` (in DSPy's ``finally``) frees it. It counts nothing: the ledger does.
+A slot is held while DSPy sleeps before a retry (``Retry-After``, else 1, 2, 4 s), so a rate-limited
+run sends fewer requests meanwhile; one attempt at a time per call bounds the requests in flight.
+It caps DSPy's synchronous path (the pools' threads); an ``acall`` on an event loop is not capped.
 """
 
 from __future__ import annotations
@@ -63,10 +56,6 @@ class LMCallLimiter(BaseCallback):
         """The cap itself, for pools whose LM calls run where this callback cannot see them (Ray
         actors): such a pool holds one slot per rollout in flight, shared with every other call."""
         return self._slots
-
-    def installed(self):
-        """``with limiter.installed():`` every LM call in this context (and pool tasks it submits) is capped."""
-        return installed(self)
 
 
 def installed(limiter: LMCallLimiter | None):

@@ -55,21 +55,8 @@ def use_bundled_price_maps() -> None:
 
 
 def token_prices(model: str) -> Price | None:
-    """The model's dollars per token: litellm's map if litellm is imported (a registered model first),
-    else DSPy's copy of it; None when neither has a price (unknown is not free)."""
-    registered = _litellm_entry(model)
-    if registered is not None:
-        return _price_in(registered)
-    use_bundled_price_maps()
-    from dspy.clients.model_metadata import model_info
-
-    provider, _, name = model.partition("/")
-    if not name:  # a bare name, as litellm takes OpenAI's models
-        provider, name = "openai", model
-    try:
-        return _price_in(model_info(provider, name))
-    except Exception:  # noqa: BLE001 - metadata is advisory; unknown is not free
-        return None
+    """The model's dollars per token; None when no map prices it (unknown is not free)."""
+    return _price_in(_entry(model))
 
 
 def price_of(lm: Any) -> Price | None:
@@ -95,18 +82,25 @@ def max_output_tokens(lm: Any, call_kwargs: Mapping[str, Any] | None = None) -> 
             value = kwargs.get(key)
             if isinstance(value, int) and value > 0:
                 return value
-    model = str(getattr(lm, "model", ""))
-    entry = _litellm_entry(model)
-    if entry is None:
-        from dspy.clients.model_metadata import model_info
-
-        provider, _, name = model.partition("/")
-        try:
-            entry = model_info(provider, name) if name else model_info("openai", model)
-        except Exception:  # noqa: BLE001 - advisory
-            entry = {}
-    value = entry.get("max_output_tokens")
+    value = _entry(str(getattr(lm, "model", ""))).get("max_output_tokens")
     return value if isinstance(value, int) and value > 0 else None
+
+
+def _entry(model: str) -> Mapping[str, Any]:
+    """The model's entry in litellm's map where litellm is imported and knows it (a registered model), else
+    in the copy DSPy ships; empty when neither knows it."""
+    table = getattr(sys.modules.get("litellm"), "model_cost", None)
+    for name in (model, model.partition("/")[2]) if isinstance(table, Mapping) else ():
+        if name and isinstance(table.get(name), Mapping):
+            return table[name]
+    use_bundled_price_maps()
+    from dspy.clients.model_metadata import model_info
+
+    provider, _, name = model.partition("/")
+    try:
+        return model_info(provider, name) if name else model_info("openai", model)  # a bare name: OpenAI's
+    except Exception:  # noqa: BLE001 - metadata is advisory; unknown is not free
+        return {}
 
 
 def prompt_size(inputs: Mapping[str, Any]) -> int:
@@ -180,18 +174,6 @@ def _tokens(usage: Mapping[str, Any], *names: str) -> int | None:
         value = usage.get(name)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return int(value)
-    return None
-
-
-def _litellm_entry(model: str) -> Mapping[str, Any] | None:
-    """litellm's map entry for ``model`` (a registered one included), if litellm is already imported."""
-    table = getattr(sys.modules.get("litellm"), "model_cost", None)
-    if not isinstance(table, Mapping):
-        return None
-    for name in (model, model.partition("/")[2]):
-        entry = table.get(name) if name else None
-        if isinstance(entry, Mapping) and _price_in(entry) is not None:
-            return entry
     return None
 
 

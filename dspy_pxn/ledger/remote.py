@@ -86,12 +86,13 @@ class Allowance:
 
 
 class RemoteShares:
-    """The run's shares of its caps out on other processes, reserved with the run's gate."""
+    """The run's shares of its caps out on other processes, reserved with the run's gate (under its lock,
+    and waiting on its ``settled`` condition, which every release notifies)."""
 
     def __init__(self, caps: RunCaps):
         self.caps = caps
         self._recent: dict[bool, deque[float]] = {}  # by kind: the largest worst case a unit reserved, latest maps
-        self._probes: dict[bool, threading.Event] = {}  # set when the first map of a kind has come back
+        self._learning: set[bool] = set()  # kinds whose first map is out, learning what a unit costs
 
     def allowance(self, items: int, reflection: bool) -> Allowance | None:
         """Reserve what up to ``items`` units sent elsewhere may spend, each its own share: as many units as
@@ -115,70 +116,56 @@ class RemoteShares:
             with caps.settled:
                 left, budget = caps.left(reflection)
                 largest = self._largest(reflection)
-                learning = self._probes.get(reflection) if largest is None else None
-                if learning is None:
-                    if largest is None:  # this map learns what a unit of its kind costs
-                        self._probes[reflection] = threading.Event()
-                        units, per_item = items, left / (2 * items)
-                    else:  # as many units as what is left pays for at the kind's worst case
-                        units = min(items, int(left // largest)) if left > 0 and largest > 0 else items
-                        per_item = min(REMOTE_HEADROOM * largest, left / max(units, 1))
-                    share_bound = per_item < left / max(units, 1)  # less than the cap would allow: may be raised
-                    affordable = units > 0 and per_item > 0 and (largest is None or per_item >= largest)
-                    if affordable:
-                        caps.reserve(per_item * units, reflection)
-                    elif largest is not None and caps.reserved > 0 and left + caps.reserved >= largest:
-                        caps.settled.wait(timeout=1.0)  # a unit fits once the work in flight settles
-                        continue
-            if learning is not None:  # another map is learning it: wait for its worst case
-                learning.wait(timeout=1.0)
-                continue
-            if not affordable:
-                caps.refuse(budget, "what is left does not pay for the next unit of work sent to a worker")
-                raise CapReached(budget, f"{budget} is spent")
-            return Allowance(per_item, budget, reflection, deadline, prices, share_bound, ratios, units)
+                if largest is None and reflection in self._learning:  # wait for the map learning its kind's cost
+                    caps.settled.wait(timeout=1.0)
+                    continue
+                if largest is None:  # this map learns what a unit of its kind costs, with half of what is left
+                    self._learning.add(reflection)
+                    units, per_item = items, left / (2 * items)
+                else:  # as many units as what is left pays for at the kind's worst case
+                    units = min(items, int(left // largest)) if left > 0 and largest > 0 else items
+                    per_item = min(REMOTE_HEADROOM * largest, left / max(units, 1))
+                share_bound = per_item < left / max(units, 1)  # less than the cap would allow: it may be raised
+                if units > 0 and per_item > 0 and (largest is None or per_item >= largest):
+                    caps.reserve(per_item * units, reflection)
+                    return Allowance(per_item, budget, reflection, deadline, prices, share_bound, ratios, units)
+                if caps.reserved > 0 and left + caps.reserved >= largest:
+                    caps.settled.wait(timeout=1.0)  # a unit fits once the work in flight settles
+                    continue
+            caps.refuse(budget, "what is left does not pay for the next unit of work sent to a worker")
+            raise CapReached(budget, f"{budget} is spent")
 
     def needs_more(self, allowance: Allowance, needed: float) -> bool:
         """A unit outgrew its share (``ShareSpent``): its kind's worst case is at least ``needed``. Whether
         what is left pays for a unit that large, once the work in flight settles: then the map is sent again."""
-        with self.caps.lock:
-            kind = allowance.reflection
-            self._learn(kind, needed)
-            left, _ = self.caps.left(kind)
-            probe = self._probes.get(kind)
-            fits = left + self.caps.reserved >= needed
-        if probe is not None:
-            probe.set()
-        return fits
+        with self.caps.settled:
+            self._learned(allowance.reflection, needed)
+            left, _ = self.caps.left(allowance.reflection)
+            return left + self.caps.reserved >= needed
 
     def lost(self, allowance: Allowance | None) -> None:
         """Units sent elsewhere never came back (their worker died): their reservation stays held, as what
-        they billed is unknown, and a map that learns their kind's cost may start."""
+        they billed is unknown, and another map may learn their kind's cost."""
         if allowance is not None and allowance.per_item_usd is not None:
-            with self.caps.lock:
-                probe = self._probes.pop(allowance.reflection, None) if (
-                    self._largest(allowance.reflection) is None) else None
-            if probe is not None:
-                probe.set()
+            with self.caps.settled:
+                self._learned(allowance.reflection, 0.0)
 
     def settle(self, allowance: Allowance | None, items: int, largest_worst: float) -> None:
         """Units sent elsewhere came back, and the run's ledger has absorbed what they spent: their share is
-        released, and the largest worst case one of them reserved is learned."""
+        released, and the largest worst case one of them reserved is learned (none, if they made no priced
+        call: another map learns it)."""
         if allowance is None or allowance.per_item_usd is None:
             return
         self.caps.release(allowance.per_item_usd * items, allowance.reflection)
-        with self.caps.lock:
-            if largest_worst > 0:
-                self._learn(allowance.reflection, largest_worst)
-            probe = self._probes.get(allowance.reflection)
-            learned = self._largest(allowance.reflection) is not None
-        if probe is not None and learned:
-            probe.set()
-        elif probe is not None and largest_worst == 0:  # the units made no priced call: another map learns it
-            self.lost(allowance)
+        with self.caps.settled:
+            self._learned(allowance.reflection, largest_worst)
 
-    def _learn(self, kind: bool, worst: float) -> None:
-        self._recent.setdefault(kind, deque(maxlen=RECENT_MAPS)).append(worst)
+    def _learned(self, kind: bool, worst: float) -> None:
+        """A map of ``kind`` came back having reserved ``worst`` at most per unit (caller holds the lock)."""
+        if worst > 0:
+            self._recent.setdefault(kind, deque(maxlen=RECENT_MAPS)).append(worst)
+        self._learning.discard(kind)
+        self.caps.settled.notify_all()
 
     def _largest(self, kind: bool) -> float | None:
         recent = self._recent.get(kind)

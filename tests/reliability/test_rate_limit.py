@@ -13,7 +13,7 @@ from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
 from dspy_pxn.ledger import feed
 from dspy_pxn.ledger.ledger import RunLedger
-from dspy_pxn.ledger.limiter import LMCallLimiter
+from dspy_pxn.ledger.limiter import LMCallLimiter, installed
 from dspy_pxn.testing import LatencyServer
 from tests.faults import Faults
 
@@ -76,7 +76,7 @@ def test_retry_after_is_honoured_instead_of_the_exponential_backoff(engine):
             server.warm_up(**engine)
         server.reset_stats()
         lm = server.lm("task", num_retries=3, timeout=5.0, **engine)
-        with dspy.context(lm=lm), limiter.installed(), feed.feeding(ledger, [lm]):
+        with dspy.context(lm=lm), installed(limiter), feed.feeding(ledger, [lm]):
             started = time.perf_counter()
             with pytest.raises(Exception, match="RateLimit|rate limit"):
                 dspy.Predict("question -> answer")(question="Apply rule zorp to 3.")
