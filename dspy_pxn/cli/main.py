@@ -66,7 +66,8 @@ def _run_options(parser: argparse.ArgumentParser, demo: bool = False) -> None:
     parser.add_argument("--log-dir", help="run directory: step log, program.json (default: runs/TASK-PxN-TIME)")
     parser.add_argument("--max-cost-usd", type=float,
                         help="dollars the search may spend on LM calls (each run of a sweep its own); the best program "
-                             "found when they run out. Needs litellm prices (localhost models cost 0) and --max-tokens")
+                             "found when they run out. Needs each model's price (DSPy's or litellm's map; localhost models "
+                             "cost 0) and --max-tokens")
     parser.add_argument("--max-wall-s", type=float,
                         help="a deadline in seconds for the search (each run of a sweep its own): the best program "
                              "found by then")

@@ -78,7 +78,7 @@ def summary(outcome: RunOutcome) -> str:
     seed_val, best_val = results.val_aggregate_scores[0], results.val_aggregate_scores[results.best_idx]
     usage = results.usage
     cost = (f"${usage.cost_usd:.4f}" if usage.cost_usd is not None
-            else "n/a (no price for these models in litellm's map; local models are free)")
+            else "n/a (no price for these models in DSPy's or litellm's map; local models are free)")
     lines = [
         "",
         "== summary ==",

@@ -172,7 +172,7 @@ def _check_simulated_only(args: argparse.Namespace) -> None:
 
 
 def _start_simulated_lm(args: argparse.Namespace, resources: contextlib.ExitStack) -> None:
-    """The sim task's LMs: dspy-pxn's latency server on loopback, reached through litellm like any API."""
+    """The sim task's LMs: dspy-pxn's latency server on loopback, reached through dspy.LM like any API."""
     from dspy_pxn.testing import LatencyServer
 
     if args.task_latency < 0:

@@ -1,7 +1,7 @@
 """Loopback OpenAI-compatible server that answers like ``responder.respond``, slowly on purpose.
 
 A parallel optimiser's speed-up only shows when LM calls take wall-clock time
-and the real client stack (dspy.LM -> litellm -> openai SDK -> HTTP) is in the
+and the real client stack (dspy.LM -> DSPy's native lm15 client, or litellm -> openai SDK -> HTTP) is in the
 loop; an in-process fake would hide both. The server runs in its own process
 (`LatencyServer`) so its threads never compete with the optimiser for a GIL,
 and it counts calls and peak concurrency so tests can *measure* parallelism.

@@ -186,7 +186,7 @@ def plot_comparison(runs: Sequence[RunResult], out_dir: str) -> list[str]:
                 ax.plot(xs, ys, drawstyle="steps-post", marker="o", markersize=3, label=label)
                 drawn += 1
         if not drawn:
-            reason = "no LM prices known to litellm for these runs" if axis == "cost_usd" else "no data"
+            reason = "no LM prices known for these runs" if axis == "cost_usd" else "no data"
             ax.text(0.5, 0.5, reason, ha="center", va="center", transform=ax.transAxes)
         else:
             ax.legend(fontsize="small", loc="lower right")
