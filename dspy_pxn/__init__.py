@@ -9,10 +9,14 @@ BatchedGEPA's ``use_mlflow=True`` and friends build (``dspy_pxn.tracker``).
 """
 
 import dspy_pxn.tracking  # noqa: F401 - registers the MLflow tracker for BatchedGEPA's shorthands
+from dspy_pxn import compat
 from dspy_pxn.pools import ThreadWorkerPool, WorkerPool
 from dspy_pxn.result import BatchedGEPAResult
 from dspy_pxn.records import StepRecord, read_step_log
 from dspy_pxn.teleprompter import BatchedGEPA
 
+compat.warn_if_untested("dspy")  # a newer DSPy or gepa than CI ran: one warning naming the tested range
+compat.warn_if_untested("gepa")
+
 __all__ = ["BatchedGEPA", "BatchedGEPAResult", "StepRecord", "ThreadWorkerPool", "WorkerPool", "read_step_log"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -9,6 +9,7 @@ the prompts and parsing are exactly dspy.GEPA's.
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections import Counter
@@ -16,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import dspy
+from dspy.teleprompt.gepa import instruction_proposal
 from dspy.teleprompt.gepa.gepa_utils import DspyAdapter
-from dspy.teleprompt.gepa.instruction_proposal import InstructionProposer
 from dspy.utils.callback import BaseCallback
 from gepa.proposer.reflective_mutation.reflection_lm import ReflectionJob, ReflectionProposal
 
@@ -26,6 +27,13 @@ from dspy_pxn.events import StepEvents
 from dspy_pxn.pools import WorkerPool
 
 logger = logging.getLogger(__name__)
+
+
+def _builtin(proposer: Any) -> bool:
+    """DSPy's own instruction proposer: an ``InstructionProposer`` (DSPy 3.4.1), or none set (3.4.0, which
+    proposes inline)."""
+    own = getattr(instruction_proposal, "InstructionProposer", None)
+    return proposer is None or (own is not None and isinstance(proposer, own))
 
 # ReflectionProposal.metadata[FEEDBACK_KEY][component]: the feedback a rewrite was made from. gepa copies
 # a reflection's metadata into its proposal, so a sibling merge (dspy_pxn.merge) can show it.
@@ -75,9 +83,11 @@ class ReflectionCall:
     def __call__(self, job_and_lm: tuple[ReflectionJob, dspy.BaseLM | None]) -> ReflectionProposal:
         (candidate, reflective_dataset, components), lm = job_and_lm
         replies = ReflectionReplies()
+        adapter = copy.copy(self.adapter)  # this job's reflection LM (DSPy 3.4.0's proposer reads it from the adapter)
+        adapter.reflection_lm = lm
         try:
             with dspy.context(lm=lm, callbacks=[*(dspy.settings.callbacks or []), replies], **{REFLECTING: True}):
-                new_texts = DspyAdapter.propose_new_texts(self.adapter, candidate, reflective_dataset, components)
+                new_texts = DspyAdapter.propose_new_texts(adapter, candidate, reflective_dataset, components)
         except Exception as error:  # noqa: BLE001 - one failed reflection drops one proposal
             return ReflectionProposal(new_texts={}, metadata={"reflection_error": f"{type(error).__name__}: {error}"})
         feedback = {component: feedback_text(reflective_dataset, component) for component in new_texts}
@@ -133,8 +143,7 @@ class PooledReflection:
         self.events = events or StepEvents()
         self._warned_zero_temperature = False
         self._call = ReflectionCall(adapter)
-        builtin = isinstance(adapter.custom_instruction_proposer, InstructionProposer) and (
-            adapter.custom_code_proposer is None)
+        builtin = _builtin(adapter.custom_instruction_proposer) and adapter.custom_code_proposer is None
         self.remote = builtin and getattr(pool, "remote", False)
 
     def reflect(

@@ -51,6 +51,8 @@ def main() -> None:
     print(f"\nwall {results.wall_s:.1f} s, {results.total_metric_calls} metric calls of {results.budget}")
     print(f"test: seed {seed_test:.1f}% -> optimized {best_test:.1f}%")
     print(f"optimized instruction:\n{optimized.predict.signature.instructions}")
+    print("\n(not tracked: pass use_mlflow=True to log the run, its program and prompts to MLflow; "
+          "pip install 'dspy-pxn[mlflow]' first)")
 
 
 if __name__ == "__main__":

@@ -157,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)
-    except (UsageError, ValueError) as error:
+    except (UsageError, ValueError, ImportError) as error:  # an ImportError here names the extra to install
         print(f"dspy-pxn {args.command}: error: {error}", file=sys.stderr)
         return 2
 

@@ -44,7 +44,7 @@ def steps_from_mlflow(run_id: str, tracking_uri: str | None) -> list[StepRecord]
     try:
         import mlflow
     except ImportError:
-        raise UsageError("reading an MLflow run needs mlflow: pip install -e '.[mlflow]'") from None
+        raise UsageError("reading an MLflow run needs mlflow: pip install 'dspy-pxn[mlflow]'") from None
     with tempfile.TemporaryDirectory() as tmp:
         try:
             local = mlflow.artifacts.download_artifacts(
@@ -167,7 +167,9 @@ def pr_name(prediction) -> str:
 
 def compare_command(args: argparse.Namespace) -> int:
     from dspy_pxn.tracking.compare import compare_experiment
+    from dspy_pxn.tracking.config import require_mlflow
 
+    require_mlflow("dspy-pxn compare")
     comparison = compare_experiment(args.experiment, args.out, args.tracking_uri, parent_run_id=args.sweep)
     print(comparison.table)
     print(f"\nwrote {comparison.table_path} and {', '.join(comparison.plots)}")
@@ -176,7 +178,9 @@ def compare_command(args: argparse.Namespace) -> int:
 
 def import_command(args: argparse.Namespace) -> int:
     from dspy_pxn.tracking import import_step_log
+    from dspy_pxn.tracking.config import require_mlflow
 
+    require_mlflow("dspy-pxn mlflow-import")
     try:
         imported = import_step_log(args.log_dir, args.tracking_uri, args.experiment)
     except FileNotFoundError as error:

@@ -32,7 +32,7 @@ def make_optimizer(args: argparse.Namespace, task: Task, reflection_lm: Any, p: 
     from dspy_pxn.tracking import MlflowTracker
 
     tracking: dict[str, Any] = {"mlflow": False}
-    if not args.no_mlflow:
+    if tracked(args):
         tracking = {"tracker": MlflowTracker(args.mlflow_uri, args.experiment or f"dspy-pxn-{task.name}",
                                              run_name or f"{task.name}-{p}x{n}", (("task", task.name),),
                                              registered_model_name=registered_model_name)}
@@ -73,9 +73,24 @@ def run_one(args: argparse.Namespace, task: Task, reflection_lm: Any, p: int, n:
     seed_test = results.test_score if results.best_idx == 0 else seed_test_score(task, args.workers)
     program_path = os.path.join(log_dir, "program.json")
     best.save(program_path)
-    uri = None if args.no_mlflow else (args.mlflow_uri or _default_uri())
+    uri = (args.mlflow_uri or _default_uri()) if tracked(args) else None
     experiment = getattr(optimizer.tracker, "experiment", None)
     return RunOutcome(best, seed_test, program_path, uri, experiment, logged_model_uri(uri, results.mlflow_run_id))
+
+
+def tracked(args: argparse.Namespace) -> bool:
+    """Whether a run is tracked in MLflow: unless --no-mlflow, and MLflow is installed (a core install runs
+    untracked, and says once how to track)."""
+    from dspy_pxn.tracking.config import INSTALL_HINT, mlflow_installed
+
+    if args.no_mlflow:
+        return False
+    if not mlflow_installed():
+        if not getattr(args, "said_untracked", False):
+            print(f"MLflow tracking is off: mlflow is not installed ({INSTALL_HINT} to track runs).", flush=True)
+            args.said_untracked = True
+        return False
+    return True
 
 
 def logged_model_uri(tracking_uri: str | None, run_id: str | None) -> str | None:
@@ -204,6 +219,10 @@ def sweep_command(args: argparse.Namespace) -> int:
 
     if args.no_mlflow:
         raise UsageError("sweep records its runs as nested MLflow runs: drop --no-mlflow.")
+    from dspy_pxn.tracking.config import INSTALL_HINT, mlflow_installed
+
+    if not mlflow_installed():
+        raise UsageError(f"sweep records its runs as nested MLflow runs, and mlflow is not installed: {INSTALL_HINT}.")
     shapes = parse_shapes(args.configs)
     for p, n in shapes:
         args.p, args.n = p, n

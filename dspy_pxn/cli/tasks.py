@@ -46,6 +46,8 @@ def _check_data_dir(data_dir: str | None) -> None:
 
 
 def _data_error(task: str, error: Exception) -> UsageError:
+    if isinstance(error, ModuleNotFoundError):  # a core install: the programs' own dependencies are an extra
+        return UsageError(f"{task} needs the 'programs' extra ({error}): pip install 'dspy-pxn[programs]'.")
     first = str(error).splitlines()[0] if str(error) else type(error).__name__
     for library_words, flag in (("data_dir=PATH", "--data-dir PATH"), ("online=True", "--online")):
         first = first.replace(library_words, flag)  # the loaders speak Python; this user typed flags

@@ -7,15 +7,23 @@ import os
 import re
 import sys
 
+from dspy_pxn import compat
+
 DEFAULT_EXPERIMENT = "dspy-pxn"
-INSTALL_HINT = "pip install 'dspy-pxn[mlflow]' (or pip install 'mlflow>=3.4,<4')"
+INSTALL_HINT = "pip install 'dspy-pxn[mlflow]' (or pip install 'mlflow>=3.13.0,<4')"
+
+
+def mlflow_installed() -> bool:
+    # imported already: find_spec refuses a module object that has no spec
+    return "mlflow" in sys.modules or importlib.util.find_spec("mlflow") is not None
 
 
 def require_mlflow(asked_by: str) -> None:
-    if "mlflow" in sys.modules:
-        return  # imported already (find_spec refuses a module object that has no spec)
-    if importlib.util.find_spec("mlflow") is None:
+    """Tracking was asked for: refused before any work when MLflow is not installed, warned about when its
+    version is outside the range CI ran."""
+    if not mlflow_installed():
         raise ImportError(f"{asked_by} needs the mlflow package, which is not installed: {INSTALL_HINT}.")
+    compat.warn_if_untested("mlflow")
 
 
 def default_tracking_uri() -> str:
