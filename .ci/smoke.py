@@ -47,12 +47,12 @@ print(json.dumps({"calls": results.lm_call_counts.calls, "attempts": results.lm_
 '''
 
 
-def run(command: list[str], cwd: str) -> str:
+def run(command: list[str], cwd: str, exit_code: int = 0) -> str:
     print("$", " ".join(command if "-c" not in command else [*command[:2], "<script>", *command[3:]]), flush=True)
     done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=900)
-    if done.returncode != 0:
-        sys.exit(f"failed with exit code {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    return done.stdout
+    if done.returncode != exit_code:
+        sys.exit(f"exit code {done.returncode}, not {exit_code}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return done.stdout + done.stderr
 
 
 def core(tmp: str) -> None:
@@ -62,7 +62,11 @@ def core(tmp: str) -> None:
     cli = str(Path(sys.executable).with_name("dspy-pxn"))
     out = run([cli, "optimize", "sim", "--p", "2", "--n", "2", "--budget", "200", "--task-latency", "0.02"], tmp)
     assert "MLflow tracking is off: mlflow is not installed" in out, out
-    print("core install: quickstart and `dspy-pxn optimize sim` ran, untracked, and said how to track")
+    assert "floor B*T_e/W" in run([cli, "plan", "--workers", "16", "--budget", "600", "--val-size", "30"], tmp)
+    refused = run([cli, "compare", "--experiment", "x"], tmp, exit_code=2)
+    assert "pip install 'dspy-pxn[mlflow]'" in refused, refused
+    print("core install: quickstart, `dspy-pxn optimize sim` (untracked, saying how to track) and `plan` ran; "
+          "`compare` was refused naming the mlflow extra")
 
 
 def mlflow(tmp: str) -> None:

@@ -208,8 +208,11 @@ class Run:
         stopped_by = self.stopped_by(gepa_result, live.ledger)
         program = live.adapter.build_program(gepa_result.best_candidate)
         feed.leave_unfed(program)
-        if tally.unheld:
-            logger.warning(unheld_calls_warning(tally))
+        if tally.unheld:  # their dollars count; their calls and retries cannot be heard
+            logger.warning("%d LM calls came from an LM the program does not hold (a module-level LM or one made in "
+                           "forward): their tokens and dollars are in the usage totals, but they are not in "
+                           "lm_call_counts. Hold that LM on the program (predictor.set_lm(lm), or an attribute of a "
+                           "module) to count them.", tally.unheld)
         test_score = (holdout_score(program, optimizer.testset, self.metric, live.pool, optimizer.failure_score)
                       if optimizer.testset else None)
         metric_calls = getattr(gepa_result, "total_metric_calls", None)
@@ -245,13 +248,6 @@ class Run:
         logger.info("%s ended the run%s, after %s of %d metric calls; the best program found is returned.", ended,
                     dollars, spent, self.shape.budget)
         return ended
-
-
-def unheld_calls_warning(tally: Tally) -> str:
-    """Calls billed to the run by an LM it does not hold: their dollars count, their calls and retries cannot."""
-    return (f"{tally.unheld} LM calls came from an LM the program does not hold (a module-level LM or one made "
-            "in forward): their tokens and dollars are in the usage totals, but they are not in lm_call_counts. "
-            "Hold that LM on the program (predictor.set_lm(lm), or an attribute of a module) to count them.")
 
 
 def tracked_run_id(tracked_run: TrackedRun | None) -> str | None:

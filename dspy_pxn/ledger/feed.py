@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -74,7 +75,7 @@ def _feed() -> _Feed:
 
 
 _lock = threading.Lock()
-_fed_lms: dict[int, list[Any]] = {}  # id(lm) -> [lm, runs feeding on its calls]
+_feeding: Counter[int] = Counter()  # id(lm) -> runs feeding on its calls (each holds the LM while it does)
 
 
 def reachable_lms(*roots: Any) -> list[dspy.BaseLM]:
@@ -99,8 +100,7 @@ def feeding(ledger: RunLedger, lms: Iterable[Any]) -> Iterator[None]:
     lms = reachable_lms(*lms)
     with _lock:
         for lm in lms:
-            entry = _fed_lms.setdefault(id(lm), [lm, 0])
-            entry[1] += 1
+            _feeding[id(lm)] += 1
             _carry(lm)
     enclosing = dspy.settings.usage_tracker
     ledger.parent = enclosing if enclosing is not ledger else None  # it hears the run's usage, as under dspy.GEPA
@@ -110,10 +110,9 @@ def feeding(ledger: RunLedger, lms: Iterable[Any]) -> Iterator[None]:
     finally:
         with _lock:
             for lm in lms:
-                entry = _fed_lms[id(lm)]
-                entry[1] -= 1
-                if entry[1] == 0:
-                    del _fed_lms[id(lm)]
+                _feeding[id(lm)] -= 1
+                if not _feeding[id(lm)]:
+                    del _feeding[id(lm)]
                     _drop(lm)
 
 
@@ -122,7 +121,7 @@ def leave_unfed(program: Any) -> None:
     so a returned program costs nothing per call and pickles without dspy_pxn."""
     with _lock:
         for lm in reachable_lms(program):
-            if id(lm) not in _fed_lms:
+            if id(lm) not in _feeding:
                 _drop(lm)
 
 

@@ -75,7 +75,6 @@ class Tally:
     reflection_usd: float = 0.0
     unpriced: int = 0  # billed calls whose model has no price
     attempts_unknown: int = 0  # ended calls whose attempts DSPy did not tell
-    in_flight: int = 0
     peak_in_flight: int = 0
     abandoned: int = 0
 
@@ -94,17 +93,16 @@ class Tally:
                             self.failures, self.peak_in_flight, self.abandoned)
 
     def since(self, earlier: Tally) -> Tally:
-        """What happened after ``earlier``; the moment's gauges (in flight, peak) are this tally's."""
+        """What happened after ``earlier`` (the peak in flight is this tally's)."""
         return self._with(earlier, -1)
 
     def plus(self, other: Tally) -> Tally:
         """Both tallies' counts (``other``: calls made where this ledger could not hear them, a Ray actor)."""
         return self._with(other, 1)
 
-    def _with(self, other: Tally, sign: int) -> Tally:  # counts add up; the gauges are this moment's
-        gauges = ("in_flight", "peak_in_flight")
-        return Tally(**{f.name: getattr(self, f.name) + (0 if f.name in gauges else sign * getattr(other, f.name))
-                        for f in fields(self)})
+    def _with(self, other: Tally, sign: int) -> Tally:  # counts add up; the peak is this moment's
+        return Tally(**{f.name: getattr(self, f.name) + (0 if f.name == "peak_in_flight" else
+                                                         sign * getattr(other, f.name)) for f in fields(self)})
 
 
 @dataclass
@@ -171,8 +169,7 @@ class _BilledEntries(defaultdict):
         self.ledger = ledger
 
     def __missing__(self, model: str) -> _Bill:
-        bill = self[model] = _Bill(self.ledger, model)
-        return bill
+        return self.setdefault(model, _Bill(self.ledger, model))  # two threads' first bills: one list
 
 
 class _Bill(list):
@@ -189,23 +186,20 @@ class _Bill(list):
             self.append(entry)
 
 
-class _BillsTheRun(UsageTracker):
-    """A usage tracker whose entries the run's ledger bills as they come. ``dspy.Parallel`` deep-copies the
-    tracker into its threads (in a program, or DSPy's evaluators): the copy is the tracker itself."""
+class BilledTracker(UsageTracker):
+    """A usage tracker whose entries the run's ledger bills as they come (one of a rollout's own: DSPy attaches
+    ``pred.get_lm_usage()`` only under a tracker of the program's). ``dspy.Parallel`` deep-copies the tracker
+    into its threads (in a program, or DSPy's evaluators): the copy is the tracker itself."""
 
     def __init__(self, ledger: RunLedger):
         super().__init__()
         self.usage_data = _BilledEntries(ledger)
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> _BillsTheRun:
+    def __deepcopy__(self, memo: dict[int, Any]) -> BilledTracker:
         return self
 
 
-class RolloutUsage(_BillsTheRun):
-    """One rollout's own tracker: DSPy attaches ``pred.get_lm_usage()`` only under a tracker of the program's."""
-
-
-class RunLedger(_BillsTheRun):
+class RunLedger(BilledTracker):
     """The run's LM calls and dollars; DSPy's usage tracker for the run, fed once per call by ``feed``.
 
     ``prices``: models priced before the run (a dollar cap checks them all); others are looked up on
@@ -226,16 +220,14 @@ class RunLedger(_BillsTheRun):
     # -- a call's life, told by the feed ------------------------------------------------------------
     def call_started(self, call_id: str, model: str) -> None:
         call = Call(call_id, model, reflection=bool(dspy.settings.get(REFLECTING, False)),
-                    usage_elsewhere=not isinstance(dspy.settings.usage_tracker, _BillsTheRun))
+                    usage_elsewhere=not isinstance(dspy.settings.usage_tracker, BilledTracker))
         with self._lock:
             if self.stop.returned:  # a call the search returned without: never the run's
                 call.abandoned = True
                 self._tally = replace(self._tally, abandoned=self._tally.abandoned + 1)
             else:
                 self._open[call_id] = call
-                in_flight = len(self._open)
-                self._tally = replace(self._tally, in_flight=in_flight,
-                                      peak_in_flight=max(self._tally.peak_in_flight, in_flight))
+                self._tally = replace(self._tally, peak_in_flight=max(self._tally.peak_in_flight, len(self._open)))
         _IN_PROGRESS.set((*_IN_PROGRESS.get(), (self, call)))
 
     def call_ended(self, call_id: str, exception: BaseException | None) -> None:
@@ -250,8 +242,7 @@ class RunLedger(_BillsTheRun):
             retries = call.failed_attempts - (exception is not None and call.last_attempt_failed)
             self._tally = replace(t, calls=t.calls + 1, attempts=t.attempts + call.attempts,
                                   retries=t.retries + retries, failures=t.failures + (exception is not None),
-                                  attempts_unknown=t.attempts_unknown + (not call.executed),
-                                  in_flight=len(self._open))
+                                  attempts_unknown=t.attempts_unknown + (not call.executed))
 
     def call_in_progress(self) -> Call | None:
         """This context's call in progress, as heard so far (its cost, its billed prompt tokens)."""
@@ -314,7 +305,7 @@ class RunLedger(_BillsTheRun):
             self.stop.returned = True
             for call in self._open.values():
                 call.abandoned = True
-            self._tally = replace(self._tally, abandoned=self._tally.abandoned + len(self._open), in_flight=0)
+            self._tally = replace(self._tally, abandoned=self._tally.abandoned + len(self._open))
             self._open.clear()
 
 

@@ -134,11 +134,10 @@ class PromptTokenBound:
 
     def learn(self, model: str, size: int, billed_prompt_tokens: int) -> None:
         if size > 0 and billed_prompt_tokens > 0:
-            with self._lock:
-                self._ratio[model] = max(self._ratio.get(model, 0.0), billed_prompt_tokens / size)
+            self.merge({model: billed_prompt_tokens / size})
 
     def merge(self, tokens_per_byte: Mapping[str, float]) -> None:
-        """Take in what another gate learned (a Ray actor's, of the calls it made for this run)."""
+        """Take in what was billed (or what another gate learned: a Ray actor's, of its calls for this run)."""
         with self._lock:
             for model, ratio in tokens_per_byte.items():
                 self._ratio[model] = max(self._ratio.get(model, 0.0), ratio)
