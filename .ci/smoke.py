@@ -48,11 +48,12 @@ print(json.dumps({"calls": results.lm_call_counts.calls, "attempts": results.lm_
 
 
 def run(command: list[str], cwd: str, exit_code: int = 0) -> str:
+    """The command's standard output (its standard error too, for a command expected to fail)."""
     print("$", " ".join(command if "-c" not in command else [*command[:2], "<script>", *command[3:]]), flush=True)
     done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=900)
     if done.returncode != exit_code:
         sys.exit(f"exit code {done.returncode}, not {exit_code}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    return done.stdout + done.stderr
+    return done.stdout + (done.stderr if exit_code else "")
 
 
 def core(tmp: str) -> None:

@@ -82,10 +82,9 @@ class RunDescription:
     trainset_digest: str
     valset_digest: str
     seed_candidate_digest: str
-    # One valset example, for a tracker that logs the program as a model (its input example and signature).
+    # One valset example's inputs, for a tracker that logs the program as a model (its input example).
     input_example: dict[str, Any] | None = None
-    output_example: dict[str, Any] | None = None
-    # The budgets in dollars and seconds, when given (dspy_pxn.caps); like the budget, a resume may change them.
+    # The budgets in dollars and seconds, when given (dspy_pxn.ledger.caps); like the budget, a resume may change them.
     caps: dict[str, float] = field(default_factory=dict)
 
     @property

@@ -358,7 +358,7 @@ def describe(optimizer: BatchedGEPA, p: int, student: Module, trainset: list[Exa
         task_lms=tuple(predictor_lms or [dspy.settings.lm]), reflection_lm=reflection_lm,
         trainset_digest=digest(trainset), valset_digest=digest(valset),
         seed_candidate_digest=digest([f"{k}={v}" for k, v in sorted(seed_candidate.items())]),
-        input_example=dict(valset[0].inputs().items()), output_example=dict(valset[0].labels().items()) or None,
+        input_example=dict(valset[0].inputs().items()),
         caps={name: value for name in ("max_cost_usd", "max_reflection_cost_usd", "max_wall_s")
               if (value := getattr(optimizer, name)) is not None},
     )

@@ -197,19 +197,78 @@ def test_tasks_other_than_sim_need_an_lm(data_dir, capsys):
 
 
 # ----------------------------------------------------------------------------- sim: learning with no key
-def test_optimize_sim_starts_its_own_simulated_lm_and_learns(store, tmp_path, capsys):
+def test_optimize_sim_starts_its_own_simulated_lm_learns_and_files_its_results_where_a_user_looks(
+    mlflow_server, tmp_path, monkeypatch, capsys, caplog
+):
+    """A tracked `optimize sim` against a real `mlflow server`: learning with no key, and what MLflow shows."""
+    import urllib.request
+
+    import mlflow
+
+    from dspy_pxn import testing as sim
+    from dspy_pxn.testing.mlflow_server import NO_PROXY
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # the sim task needs no key, and logging asks for none
     assert cli(["optimize", "sim", "--p", "2", "--n", "2", "--task-latency", "0.005", "--train-size", "30",
                 "--val-size", "10", "--test-size", "20", "--budget", "160", "--workers", "8",
-                "--mlflow-uri", store, "--experiment", "cli-sim", "--log-dir", str(tmp_path / "run"),
+                "--mlflow-uri", mlflow_server.uri, "--experiment", "cli-sim", "--log-dir", str(tmp_path / "run"),
                 "--register-model", "cli-sim-program"]) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert "sim: simulated LM server at http://127.0.0.1:" in out
-    model_uri = out.split("MLflow model ")[1].split()[0]
-    [version] = MlflowClient(store).search_model_versions("name='cli-sim-program'")
-    assert model_uri.startswith("models:/") and version.source == model_uri
     val = out.split("val:  seed ")[1].split()
     assert float(val[3]) > float(val[0])  # "seed 0.100 -> optimized 0.600": real learning, no key, no network
     assert "note: only" not in out  # every answer was a real call to the simulated server
+    # Logging the model called no LM: no failed input-example check, no credentials warning (litellm's words, or
+    # DSPy's native engine's).
+    printed = out + captured.err + caplog.text
+    for needle in ("Failed to validate serving input example", "Missing credentials", "no API key found"):
+        assert needle not in printed, needle
+
+    client = MlflowClient(mlflow_server.uri)
+    run_id = out.split("MLflow run ")[1].split()[0]
+    run = client.get_run(run_id)
+    experiment_id = run.info.experiment_id
+    # The browse hint is the run's page on the server (which serves the UI there), not an `mlflow ui` command.
+    url = out.split("browse: open ")[1].split()[0]
+    assert url == f"{mlflow_server.uri}/#/experiments/{experiment_id}/runs/{run_id}"
+    with NO_PROXY.open(urllib.request.Request(url.split("#")[0]), timeout=10) as page:
+        assert page.status == 200 and "<title>MLflow</title>" in page.read().decode()
+
+    model_uri = out.split("MLflow model ")[1].split()[0]
+    [version] = client.search_model_versions("name='cli-sim-program'")
+    assert model_uri.startswith("models:/") and version.source == model_uri
+    model = client.get_logged_model(model_uri.removeprefix("models:/"))
+    assert model.name == "sim-2x2-merge-async"  # the task and the setting (2x2: merge, async by default)
+    assert (model.params["p"], model.params["n"], model.params["selection"]) == ("2", "2", "merge")
+    # The signature is the program's: its input fields in, its predictor's output fields out.
+    program = sim.seed_program()
+    mlflow.set_tracking_uri(mlflow_server.uri)
+    try:
+        signature = mlflow.models.get_model_info(model_uri).signature
+    finally:
+        mlflow.set_tracking_uri(None)
+    assert signature.inputs.input_names() == list(program.predict.signature.input_fields)
+    assert signature.outputs.input_names() == list(program.predict.signature.output_fields)
+    # The instruction is filed under the run's experiment, where its Prompts page looks.
+    [prompt] = client.search_prompts(filter_string=f"experiment_id = '{experiment_id}'")
+    assert prompt.name == "cli-sim.ChainOfThought.predict"
+    assert f",{experiment_id}," in prompt.tags["_mlflow_experiment_ids"]
+
+
+@pytest.mark.parametrize(("uri", "hint"), [
+    ("http://127.0.0.1:5055", "open http://127.0.0.1:5055/#/experiments/7/runs/abc"),
+    ("https://mlflow.example.org/", "open https://mlflow.example.org/#/experiments/7/runs/abc"),
+    ("sqlite:////data/mlflow.db", ("mlflow ui --backend-store-uri sqlite:////data/mlflow.db, then open "
+                                   "http://127.0.0.1:5000/#/experiments/7/runs/abc")),
+    ("/data/my runs", ("mlflow ui --backend-store-uri '/data/my runs', then open "
+                       "http://127.0.0.1:5000/#/experiments/7/runs/abc")),
+    ("databricks", "open the run in your Databricks workspace (Experiments)"),
+])
+def test_the_browse_hint_fits_the_kind_of_tracking_uri(uri, hint):
+    from dspy_pxn.cli.output import browse_hint
+
+    assert browse_hint(uri, "7", "abc") == hint
 
 
 @pytest.mark.parametrize(("flags", "schedule"), [((), "async"), (("--schedule", "steps", "--selection", "best"), "steps")])

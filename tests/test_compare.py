@@ -105,8 +105,16 @@ def test_runs_with_another_budget_or_data_are_flagged_not_compared(logged, tmp_p
             BatchedGEPA(metric=sim.metric, p=p, n=n, max_metric_calls=budget, num_threads=8, mlflow=True,
                         tracking_uri=store, experiment="mixed", reflection_lm=sim.SimulatedLM()).compile(
                 sim.seed_program(), trainset=train, valset=valset)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "val_vs_dollars.png").write_bytes(b"an earlier comparison's figure")
     comparison = compare_experiment("mixed", str(tmp_path / "out"), tracking_uri=store)
     table = comparison.table
+    # The simulated LM has no price: no dollar figure (not an empty frame, nor an earlier one), and one line why.
+    assert [p.rsplit("/", 1)[1] for p in comparison.plots] == ["val_vs_metric_calls.png", "val_vs_wall_clock.png"]
+    assert not (tmp_path / "out" / "val_vs_dollars.png").exists()
+    assert comparison.left_out == (("No val_vs_dollars.png: no LM price is known for these runs' models (local "
+                                    "and unknown models are unpriced), so no run logged dollars."),)
+    assert table.endswith(f"\n{comparison.left_out[0]}\n")
     lines = [line for line in table.splitlines() if line.startswith("|")]
     header = [cell.strip() for cell in lines[0].strip("|").split("|")]
     rows = [dict(zip(header, (c.strip() for c in line.strip("|").split("|")), strict=True)) for line in lines[2:]]

@@ -49,13 +49,17 @@ def provider():
 
 
 def loopback_lm_class(server: sim.LatencyServer) -> type:
-    """``dspy.LM`` for a snippet: any model it names is the simulated server, over HTTP on DSPy's default engine."""
-    real = dspy.LM
+    """``dspy.LM`` for a snippet: any model it names is the simulated server, over HTTP on DSPy's default engine.
+
+    The class closes over the server's URL only (a string), so a snippet's LMs pickle as a user's do and a
+    tracked compile can log its program as an MLflow model.
+    """
+    real, base_url = dspy.LM, server.base_url
 
     class Loopback(real):
         def __init__(self, model: str, **kwargs):
             kept = {k: v for k, v in kwargs.items() if k in ("temperature", "max_tokens", "timeout", "num_retries")}
-            super().__init__("openai/sim-" + model.rsplit("/", 1)[-1], api_base=server.base_url, api_key="sim",
+            super().__init__("openai/sim-" + model.rsplit("/", 1)[-1], api_base=base_url, api_key="sim",
                              cache=False, **kept)
 
     return Loopback

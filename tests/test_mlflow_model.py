@@ -18,7 +18,7 @@ from dspy_pxn.testing import LatencyServer
 from dspy_pxn.testing.mlflow_server import MlflowServer, free_port
 from dspy_pxn.tracking import MODEL_TAG, MlflowTracker, import_step_log, sweep
 from dspy_pxn.tracking.lineage import MERGED, NO_PROPOSAL, VALIDATED
-from dspy_pxn.tracking.model import MODEL_SOURCE_NAME
+from dspy_pxn.tracking.model import MODEL_SOURCE_NAME, PROGRAM_TAG
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +77,12 @@ def test_the_optimized_program_is_the_runs_model_and_answers_like_it(
     client = MlflowClient(mlflow_server.uri)
     run_id = results.mlflow_run_id
     model = client.get_logged_model(model_id_of(client, run_id))
-    assert model.source_run_id == run_id and model.name == "program" and "READY" in str(model.status)
-    assert [output.model_id for output in client.get_run(run_id).outputs.model_outputs] == [model.model_id]
+    run = client.get_run(run_id)
+    # Named after the run's program and setting, with the run's settings as its parameters.
+    assert model.source_run_id == run_id and "READY" in str(model.status)
+    assert model.name == "ChainOfThought-2x2-merge-async" and model.tags[PROGRAM_TAG] == "ChainOfThought"
+    assert model.params == run.data.params and model.params["p"] == model.params["n"] == "2"
+    assert [output.model_id for output in run.outputs.model_outputs] == [model.model_id]
     # The model's own metrics: the seed's and the optimized program's scores, nothing else of the run.
     assert {m.key: m.value for m in model.metrics} == pytest.approx({
         "val_score": results.val_aggregate_scores[results.best_idx],
@@ -89,7 +93,12 @@ def test_the_optimized_program_is_the_runs_model_and_answers_like_it(
     model_uri = f"models:/{model.model_id}"
     mlflow.set_tracking_uri(mlflow_server.uri)
     info = mlflow.models.get_model_info(model_uri)
-    assert info.signature.inputs.input_names() == list(val[0].inputs().keys()) and info.saved_input_example_info
+    # The program's signature (its input fields; its predictor's output fields, what it returns), not the data's:
+    # a valset example's labels are answer and rule.
+    assert info.signature.inputs.input_names() == list(program.predict.signature.input_fields) == ["question"]
+    assert info.signature.outputs.input_names() == list(program.predict.signature.output_fields) == [
+        "reasoning", "answer"]
+    assert info.saved_input_example_info
     pyfunc = mlflow.pyfunc.load_model(model_uri)  # answers with the LM it was logged with, no context needed
     loaded = mlflow.dspy.load_model(model_uri)
     for example in val[:4]:
@@ -113,9 +122,15 @@ def test_instructions_are_prompt_versions_and_a_rerun_adds_versions_not_prompts(
     instructions = [p.predict.signature.instructions for p in programs]
     versions = list(client.search_prompt_versions("rules-agent.predict"))
     assert sorted(v.template for v in versions) == sorted(set(instructions))  # an unchanged instruction adds none
+    # Filed under the runs' experiment (its Prompts page lists it), not MLflow's current one (Default, "0").
+    experiment_id = client.get_run(run_ids[0]).info.experiment_id
+    assert client.get_prompt("rules-agent.predict").tags["_mlflow_experiment_ids"] == f",{experiment_id},"
+    assert [p.name for p in client.search_prompts(filter_string=f"experiment_id = '{experiment_id}'")] == [
+        "rules-agent.predict"]
     for program, run_id, text in zip(programs, run_ids, instructions, strict=True):
         linked = json.loads(client.get_logged_model(model_id_of(client, run_id)).tags["mlflow.linkedPrompts"])
         assert [entry["name"] for entry in linked] == ["rules-agent.predict"]
+        assert json.loads(client.get_run(run_id).data.tags["mlflow.linkedPrompts"]) == linked  # the run's too
         prompt = client.get_prompt_version("rules-agent.predict", linked[0]["version"])
         assert prompt.template == text
         best = program.detailed_results.val_aggregate_scores[program.detailed_results.best_idx]
@@ -264,8 +279,10 @@ def test_a_registry_that_is_down_at_the_end_loses_no_model_the_import_logs_it(
         loaded = mlflow.dspy.load_model(model_uri)
         with dspy.context(lm=lm(lm_server, temperature=0.0)):
             assert loaded(**val[0].inputs()).toDict() == program(**val[0].inputs()).toDict()
-        import_step_log(log_dir)  # again: nothing is logged twice
-        assert len(client.get_run(run_id).outputs.model_outputs) == 1
+        import_step_log(log_dir)  # again, with that model loaded (MLflow's active model): nothing is logged twice,
+        assert len(client.get_run(run_id).outputs.model_outputs) == 1  # and the run's metrics are not the model's
+        model = client.get_logged_model(model_uri.removeprefix("models:/"))
+        assert {m.key for m in model.metrics} == {"val_score", "seed_val_score"}
     finally:
         tracking.kill()
     assert len([r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("dspy_pxn")]) == 1
@@ -277,11 +294,19 @@ def test_each_step_field_goes_to_its_section_and_constants_are_not_metrics():
     from tests.test_records import record
 
     reflective = record(started_at=100.0, wall_s=2.0)
-    metrics = step_metrics(reflective, run_started_at=99.0)
+    metrics = step_metrics(reflective, run_started_at=99.0, failing=set())
     assert {key.split("/")[0] for key in metrics} == {"search", "cost", "time", "pool"}
     assert metrics["search/best_val"] == reflective.best_val and metrics["time/elapsed_s"] == pytest.approx(3.0)
     assert not {"search/p", "search/n", "p", "n", "search/crossover"} & set(metrics)  # constants are params
-    assert step_metrics(record(kind="crossover"), 0.0)["search/crossover"] == 1.0
+    assert step_metrics(record(kind="crossover"), 0.0, set())["search/crossover"] == 1.0
+    # A failure series starts at the first step where something of its kind failed, then goes on at every step.
+    failures = {"search/reflection_failures", "pool/rollout_failures", "cost/lm_retries", "cost/lm_failures"}
+    failing: set[str] = set()
+    steps = [record(rollout_failures=0, lm_retries=0), record(rollout_failures=2, lm_retries=0),
+             record(rollout_failures=0, lm_retries=3)]
+    logged = [failures & set(step_metrics(step, 0.0, failing)) for step in steps]
+    assert logged == [set(), {"pool/rollout_failures"}, {"pool/rollout_failures", "cost/lm_retries"}]
+    assert step_metrics(steps[2], 0.0, set(failing))["pool/rollout_failures"] == 0.0
     assert best_val_points(0.5, metric_calls=120, elapsed_s=2.5) == [
         ("best_val/by_metric_calls", 0.5, 120), ("best_val/by_wall_clock_ms", 0.5, 2500)]
 

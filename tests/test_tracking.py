@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -117,15 +118,17 @@ def test_pxn_run_on_the_latency_server_is_mirrored_step_by_step(mlflow_server, t
     assert SECRET not in logged_text and lm_server.base_url not in logged_text
 
     # One MLflow step per StepRecord, each metric equal to the record; step 0 is the seed validation.
-    record_steps = [s.step for s in steps]
     for key in ("proposals", "accepted", "full_validation", "mean_val", "pareto_front_size", "metric_calls",
                 "wall_s", "reflection_s", "screening_s", "validation_s", "worker_utilisation",
                 "prompt_tokens", "completion_tokens", "cost_usd", "lm_retries"):
         logged = history(client, run.info.run_id, metric_key(key))
         if key in ("mean_val", "pareto_front_size"):
             assert logged.pop(0) == (manifest.baseline.val_score if key == "mean_val" else 1.0)
-        assert sorted(logged) == record_steps, key
-        assert [logged[s.step] for s in steps] == pytest.approx([float(getattr(s, key)) for s in steps]), key
+        # A failure series starts at the first step that had one (here: a retried 429), then every step.
+        shown = steps[next(i for i, s in enumerate(steps) if s.lm_retries):] if key == "lm_retries" else steps
+        assert sorted(logged) == [s.step for s in shown], key
+        assert [logged[s.step] for s in shown] == pytest.approx([float(getattr(s, key)) for s in shown]), key
+    assert not {"cost/lm_failures", "pool/rollout_failures", "search/reflection_failures"} & set(run.data.metrics)
     best = history(client, run.info.run_id, "search/best_val")
     assert best == pytest.approx({0: result.val_aggregate_scores[0], **{s.step: s.best_val for s in steps}})
     calls_total = history(client, run.info.run_id, "search/metric_calls_total")
@@ -139,6 +142,10 @@ def test_pxn_run_on_the_latency_server_is_mirrored_step_by_step(mlflow_server, t
     assert final["totals/wall_s"] == pytest.approx(result.wall_s)
     assert final["totals/cost_usd"] == pytest.approx(result.usage.cost_usd)
     assert "totals/test_score" not in final  # no testset given
+    # Run totals beside the step series (whose last value the run overview shows), failures only where some were.
+    for key in ("proposals", "improved", "accepted", "rollouts"):
+        assert final[f"totals/{key}"] == sum(getattr(s, key) for s in steps), key
+    assert final["totals/lm_retries"] == counts.retries and "totals/lm_failures" not in final
 
     # Artifacts: optimized program, lineage, per-proposal table, step log, plots.
     names = {a.path for a in client.list_artifacts(run.info.run_id)}
@@ -223,14 +230,24 @@ def test_a_run_compiled_inside_the_callers_mlflow_run_nests_under_it(tmp_path, d
 
 
 # ----------------------------------------------------------------------------- the embedded default
-def test_without_a_uri_runs_go_to_the_local_store_that_mlflow_ui_opens(tmp_path, default_mlflow_uri, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def test_without_a_uri_runs_go_to_the_local_store_that_the_browse_hint_opens(tmp_path, default_mlflow_uri,
+                                                                             monkeypatch):
+    from dspy_pxn.cli.output import MLFLOW_UI, browse_hint
+
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
     result = sim_run(p=2, n=2, max_metric_calls=60, mlflow=True).detailed_results
     assert result.mlflow_run_id is not None
+    experiment_id = MlflowClient().get_run(result.mlflow_run_id).info.experiment_id
+    # What `dspy-pxn optimize` prints for the local default store (sqlite:///mlflow.db), run as printed from
+    # another directory: the relative store is named by its absolute path.
+    command, page = browse_hint(mlflow.get_tracking_uri(), experiment_id, result.mlflow_run_id).split(", then open ")
+    assert command.startswith("mlflow ui --backend-store-uri sqlite:////") and command.endswith("/work/mlflow.db")
+    assert page == f"{MLFLOW_UI}/#/experiments/{experiment_id}/runs/{result.mlflow_run_id}"
     port = free_port()
     ui = subprocess.Popen(
-        # No store option: `mlflow ui` opens its default in its working directory (one worker, to start fast).
-        [sys.executable, "-m", "mlflow", "ui", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+        # One worker and another port than the default, to start fast and beside anything on 5000.
+        [sys.executable, "-m", *shlex.split(command), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
         cwd=tmp_path,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         env=dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -58,6 +59,7 @@ class RunOutcome:
     tracking_uri: str | None
     experiment: str | None
     model_uri: str | None = None  # the optimized program as the run's MLflow model
+    experiment_id: str | None = None  # the run's experiment, for the run page's address
 
 
 def score(value: float | None) -> str:
@@ -100,8 +102,8 @@ def summary(outcome: RunOutcome) -> str:
         lines.append("  (no proposal beat the seed: the optimized program is the seed program)")
     lines.append(f"saved program: {outcome.program_path} (load with program.load(path))")
     if results.mlflow_run_id:
-        lines.append(f"MLflow run {results.mlflow_run_id} in experiment {outcome.experiment!r} at {outcome.tracking_uri} "
-                     f"(browse: mlflow ui --backend-store-uri {outcome.tracking_uri})")
+        lines.append(f"MLflow run {results.mlflow_run_id} in experiment {outcome.experiment!r} at {outcome.tracking_uri}")
+        lines.append(f"browse: {browse_hint(outcome.tracking_uri, outcome.experiment_id, results.mlflow_run_id)}")
         if outcome.model_uri:
             lines.append(f"MLflow model {outcome.model_uri} (load with mlflow.dspy.load_model({outcome.model_uri!r}); "
                          f"serve with mlflow models serve -m {outcome.model_uri})")
@@ -109,3 +111,25 @@ def summary(outcome: RunOutcome) -> str:
         lines.append(f"MLflow tracking did not reach {outcome.tracking_uri}; import later with "
                      f"dspy-pxn mlflow-import {os.path.dirname(outcome.program_path)}")
     return "\n".join(lines)
+
+
+MLFLOW_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
+
+
+def browse_hint(tracking_uri: str, experiment_id: str | None, run_id: str) -> str:
+    """How to open the run, for its kind of tracking URI.
+
+    A tracking server already serves its UI: the hint is the run page's address there (``mlflow ui
+    --backend-store-uri http://...`` fails: a server is not a store). A local store (sqlite, a directory, a
+    database) needs ``mlflow ui`` to serve it: the hint is that command, a relative sqlite path made absolute so it
+    works from any directory, then the run page's address on ``mlflow ui``'s default port. Databricks is its
+    workspace's UI."""
+    page = f"#/experiments/{experiment_id}/runs/{run_id}" if experiment_id else ""
+    if tracking_uri.startswith(("http://", "https://")):
+        return f"open {tracking_uri.rstrip('/')}/{page}"
+    if tracking_uri.startswith("databricks"):
+        return "open the run in your Databricks workspace (Experiments)"
+    store = tracking_uri
+    if store.startswith("sqlite:///") and not store.startswith("sqlite:////"):
+        store = "sqlite:///" + os.path.abspath(store.removeprefix("sqlite:///"))
+    return f"mlflow ui --backend-store-uri {shlex.quote(store)}, then open {MLFLOW_UI}/{page}"

@@ -75,7 +75,7 @@ def run_one(args: argparse.Namespace, task: Task, reflection_lm: Any, p: int, n:
     best.save(program_path)
     uri = (args.mlflow_uri or _default_uri()) if tracked(args) else None
     experiment = getattr(optimizer.tracker, "experiment", None)
-    return RunOutcome(best, seed_test, program_path, uri, experiment, logged_model_uri(uri, results.mlflow_run_id))
+    return RunOutcome(best, seed_test, program_path, uri, experiment, *logged_run(uri, results.mlflow_run_id))
 
 
 def tracked(args: argparse.Namespace) -> bool:
@@ -93,18 +93,20 @@ def tracked(args: argparse.Namespace) -> bool:
     return True
 
 
-def logged_model_uri(tracking_uri: str | None, run_id: str | None) -> str | None:
-    """The run's optimized program as an MLflow model (None if it was not logged, or MLflow is not reachable)."""
+def logged_run(tracking_uri: str | None, run_id: str | None) -> tuple[str | None, str | None]:
+    """The run's optimized program as an MLflow model URI and the run's experiment id (None: not logged, or MLflow
+    is not reachable)."""
     if tracking_uri is None or run_id is None:
-        return None
+        return None, None
     from mlflow import MlflowClient
 
     from dspy_pxn.tracking import MODEL_TAG
 
     try:
-        return MlflowClient(tracking_uri).get_run(run_id).data.tags.get(MODEL_TAG)
+        run = MlflowClient(tracking_uri).get_run(run_id)
     except Exception:  # noqa: BLE001 - the summary says where the run is either way
-        return None
+        return None, None
+    return run.data.tags.get(MODEL_TAG), run.info.experiment_id
 
 
 def _default_uri() -> str:

@@ -2,12 +2,13 @@
 
 ``compare_experiment`` reads the runs of an MLflow experiment through the MLflow API
 (so it works on runs logged live, imported later, or by another machine), draws one
-line per run in three PNGs and writes a markdown table with the speed-up over the 1×1
-run of the same setup.
+line per run in up to three PNGs (a figure no run has data for is left out, and the table says
+why) and writes a markdown table with the speed-up over the 1×1 run of the same setup.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from collections.abc import Sequence
@@ -69,9 +70,10 @@ class RunResult:
 @dataclass(frozen=True)
 class Comparison:
     runs: tuple[RunResult, ...]
-    plots: tuple[str, ...]
+    plots: tuple[str, ...]  # the figures drawn: a figure no run has data for is left out
     table_path: str
-    table: str
+    table: str  # the markdown table, then one line per figure left out saying why
+    left_out: tuple[str, ...] = ()  # those lines
 
 
 # ----------------------------------------------------------------------------- reading MLflow
@@ -169,27 +171,33 @@ def _labels(runs: Sequence[RunResult]) -> list[str]:
     ]
 
 
-def plot_comparison(runs: Sequence[RunResult], out_dir: str) -> list[str]:
-    """Best validation score against metric calls, wall-clock and dollars; one line per run."""
+def plot_comparison(runs: Sequence[RunResult], out_dir: str) -> tuple[list[str], list[str]]:
+    """Best validation score against metric calls, wall-clock and dollars; one line per run.
+
+    Returns the figures drawn and, for each figure left out because no run has data for its axis (dollars, when
+    no LM price is known), one line saying why: an empty frame says nothing, and a missing file without a reason
+    looks like a bug."""
     plt = pyplot()
     os.makedirs(out_dir, exist_ok=True)
-    paths = []
+    paths, left_out = [], []
     labels = _labels(runs)
     for axis, (file_name, axis_label) in PLOTS.items():
-        fig, ax = plt.subplots(figsize=FIGSIZE, dpi=DPI)
-        drawn = 0
+        curves = []
         for run, label in zip(runs, labels, strict=True):
             points = [(getattr(pt, axis), pt.best_val) for pt in run.curve if getattr(pt, axis) is not None]
             points = [(x, y) for x, y in points if not math.isnan(x)]  # a metric the run did not log
             if points:
-                xs, ys = zip(*points, strict=True)
-                ax.plot(xs, ys, drawstyle="steps-post", marker="o", markersize=3, label=label)
-                drawn += 1
-        if not drawn:
-            reason = "no LM prices known for these runs" if axis == "cost_usd" else "no data"
-            ax.text(0.5, 0.5, reason, ha="center", va="center", transform=ax.transAxes)
-        else:
-            ax.legend(fontsize="small", loc="lower right")
+                curves.append((label, points))
+        if not curves:
+            left_out.append(f"No {file_name}: " + (
+                "no LM price is known for these runs' models (local and unknown models are unpriced), so no run "
+                "logged dollars." if axis == "cost_usd" else f"no run logged its {axis_label}."))
+            continue
+        fig, ax = plt.subplots(figsize=FIGSIZE, dpi=DPI)
+        for label, points in curves:
+            xs, ys = zip(*points, strict=True)
+            ax.plot(xs, ys, drawstyle="steps-post", marker="o", markersize=3, label=label)
+        ax.legend(fontsize="small", loc="lower right")
         ax.set_xlabel(axis_label)
         ax.set_ylabel("best validation score")
         ax.set_title(f"Best validation score vs {axis_label}")
@@ -199,7 +207,7 @@ def plot_comparison(runs: Sequence[RunResult], out_dir: str) -> list[str]:
         fig.savefig(path)
         plt.close(fig)
         paths.append(path)
-    return paths
+    return paths, left_out
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -281,18 +289,22 @@ def best_run(runs: Sequence[RunResult]) -> RunResult | None:
 
 
 def compare_runs(runs: Sequence[RunResult], out_dir: str) -> Comparison:
-    plots = plot_comparison(runs, out_dir)
-    table = comparison_table(runs)
+    plots, left_out = plot_comparison(runs, out_dir)
+    for stale in {name for name, _ in PLOTS.values()} - {os.path.basename(path) for path in plots}:
+        with contextlib.suppress(FileNotFoundError):  # an earlier comparison's figure in the same directory
+            os.remove(os.path.join(out_dir, stale))
+    table = comparison_table(runs) + "".join(f"\n{line}\n" for line in left_out)
     table_path = os.path.join(out_dir, TABLE_NAME)
     with open(table_path, "w") as handle:
         handle.write(table)
-    return Comparison(runs=tuple(runs), plots=tuple(plots), table_path=table_path, table=table)
+    return Comparison(runs=tuple(runs), plots=tuple(plots), table_path=table_path, table=table,
+                      left_out=tuple(left_out))
 
 
 def compare_experiment(
     experiment: str, out_dir: str, tracking_uri: str | None = None, *, parent_run_id: str | None = None
 ) -> Comparison:
-    """Read the experiment's runs through MLflow and write the three PNGs and ``comparison.md`` to ``out_dir``.
+    """Read the experiment's runs through MLflow and write the PNGs and ``comparison.md`` to ``out_dir``.
 
     ``parent_run_id`` narrows the comparison to the children of one sweep.
     """

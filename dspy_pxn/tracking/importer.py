@@ -8,12 +8,13 @@ any other is created.
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from dspy_pxn.records import STEP_LOG_NAME, read_step_log
 from dspy_pxn.tracking import runlog
 from dspy_pxn.tracking.config import DEFAULT_EXPERIMENT, default_tracking_uri, require_mlflow
-from dspy_pxn.tracking.mlflow_io import CONFIG_TAG, IMPORTED_TAG, MlflowMirror, probe
+from dspy_pxn.tracking.mlflow_io import CONFIG_TAG, IMPORTED_TAG, MlflowMirror, failure_series, probe
 from dspy_pxn.tracking.model import ModelSource, model_of
 from dspy_pxn.tracking.run import final_metrics, write_outputs
 from dspy_pxn.tracking.runlog import FinalMetrics, RunManifest
@@ -66,6 +67,17 @@ def import_step_log(
 def _import_run(
     log_dir: str, manifest: RunManifest, tracking_uri: str | None, experiment: str | None, parent_run_id: str | None
 ) -> ImportedRun:
+    """``_replay`` on a thread of its own, as a live run logs on its writer thread: MLflow links every metric a
+    thread logs to that thread's *active model*, which loading a model sets (``mlflow.dspy.load_model``), so
+    replayed in the caller's thread the run's metrics would become a model's the caller loaded, one that may not
+    even be in this store."""
+    with ThreadPoolExecutor(1, thread_name_prefix="dspy-pxn-import") as thread:
+        return thread.submit(_replay, log_dir, manifest, tracking_uri, experiment, parent_run_id).result()
+
+
+def _replay(
+    log_dir: str, manifest: RunManifest, tracking_uri: str | None, experiment: str | None, parent_run_id: str | None
+) -> ImportedRun:
     uri = tracking_uri or manifest.tracking_uri or default_tracking_uri()
     reason = probe(uri)
     if reason is not None:
@@ -89,9 +101,12 @@ def _import_run(
         if manifest.baseline is not None and 0 not in done:
             mirror.log_baseline(run_id, manifest.baseline, manifest.started_at)
         steps = read_step_log(log_dir)
+        failing: set[str] = set()  # the failure series started so far, by the steps already logged too
         for record in steps:
-            if record.step not in done:
-                mirror.log_step(run_id, record, manifest.started_at)
+            if record.step in done:
+                failing |= failure_series([record])
+            else:
+                mirror.log_step(run_id, record, manifest.started_at, failing)
                 logged += 1
         if steps and not os.path.isdir(os.path.join(log_dir, runlog.PLOTS_DIR)):
             write_outputs(log_dir, manifest, steps)

@@ -12,14 +12,14 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import fields
 from typing import TYPE_CHECKING
 
 from dspy_pxn.records import STEP_LOG_NAME, StepRecord
 from dspy_pxn.tracking import runlog
 from dspy_pxn.tracking.model import ModelSource, log_program, register_model
-from dspy_pxn.tracking.runlog import Baseline, RunManifest
+from dspy_pxn.tracking.runlog import FAILURES, Baseline, RunManifest
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -150,10 +150,11 @@ class MlflowMirror:
         stamp = int((timestamp_s or time.time()) * 1000)
         self.client.log_batch(run_id, metrics=[Metric(key, value, stamp, step) for key, value, step in points])
 
-    def log_step(self, run_id: str, record: StepRecord, run_started_at: float) -> None:
-        """One StepRecord: its sections' metrics at its step, and the best score by calls and by wall-clock."""
+    def log_step(self, run_id: str, record: StepRecord, run_started_at: float, failing: set[str]) -> None:
+        """One StepRecord: its sections' metrics at its step, and the best score by calls and by wall-clock.
+        ``failing``: the failure series started by the run's earlier steps (this step's are added)."""
         ended = record.started_at + record.wall_s
-        self.log_metrics(run_id, step_metrics(record, run_started_at), step=record.step, timestamp_s=ended)
+        self.log_metrics(run_id, step_metrics(record, run_started_at, failing), step=record.step, timestamp_s=ended)
         self.log_points(run_id, best_val_points(record.best_val, record.metric_calls_total, ended - run_started_at),
                         timestamp_s=ended)
 
@@ -205,18 +206,27 @@ class MlflowMirror:
         self.client.set_terminated(run_id, status, end_time=int((end_time_s or time.time()) * 1000))
 
 
-def step_metrics(record: StepRecord, run_started_at: float) -> dict[str, float]:
+def step_metrics(record: StepRecord, run_started_at: float, failing: set[str]) -> dict[str, float]:
     """The step's measurements by section (booleans as 0/1), and seconds since the run started.
 
     A crossover step (gepa's ``use_merge``) is marked by ``search/crossover`` = 1; other steps log
-    nothing for it, so a run without crossover has no chart of zeros.
+    nothing for it, so a run without crossover has no chart of zeros. Likewise a failure series
+    (``FAILURES``) is logged from the first step where something of its kind failed: ``failing``
+    holds the series the run's earlier steps started, and gains this step's.
     """
+    failing |= failure_series([record])
     metrics = {metric_key(f.name): float(value) for f in fields(record)
-               if f.name in SECTION_OF and isinstance(value := getattr(record, f.name), (int, float))}
+               if f.name in SECTION_OF and isinstance(value := getattr(record, f.name), (int, float))
+               and (f.name not in FAILURES or metric_key(f.name) in failing)}
     if record.kind == "crossover":
         metrics["search/crossover"] = 1.0
     metrics[ELAPSED] = record.started_at + record.wall_s - run_started_at
     return metrics
+
+
+def failure_series(records: Iterable[StepRecord]) -> set[str]:
+    """The failure series (metric keys) that records start: those of the kinds of failure they had."""
+    return {metric_key(name) for record in records for name in FAILURES if getattr(record, name)}
 
 
 def baseline_metrics(baseline: Baseline) -> dict[str, float]:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dspy_pxn.description import RunDescription
-from dspy_pxn.records import StepRecord
+from dspy_pxn.records import StepRecord, read_step_log
 from dspy_pxn.resume import GEPA_STATE_FILE
 from dspy_pxn.tracker import TrackingArgumentError, TrackingArguments
 from dspy_pxn.tracking import runlog
@@ -45,6 +45,7 @@ from dspy_pxn.tracking.mlflow_io import (
     SWEEP_TAG,
     BackgroundWriter,
     MlflowMirror,
+    failure_series,
     probe,
 )
 from dspy_pxn.tracking.model import (
@@ -53,10 +54,11 @@ from dspy_pxn.tracking.model import (
     caller_settings,
     check_registered_model_name,
     default_prompt_prefix,
+    model_name,
     model_source,
 )
 from dspy_pxn.tracking.parent import current_sweep
-from dspy_pxn.tracking.runlog import Baseline, FinalMetrics, RunManifest
+from dspy_pxn.tracking.runlog import COUNTED, FAILURES, Baseline, FinalMetrics, RunManifest
 from dspy_pxn.ledger.ledger import RunLedger
 
 logger = logging.getLogger(__name__)
@@ -70,10 +72,12 @@ class MlflowTracker:
     ``./mlflow.db``), into ``experiment``; inside ``with sweep(...)`` a run nests under the
     sweep's parent run, and inside the caller's ``with mlflow.start_run():`` under that run.
 
-    The optimized program is logged as the run's MLflow model (``mlflow.dspy`` flavor) and
-    registered as ``registered_model_name`` when given; each predictor's instruction is
-    registered in the Prompt Registry as ``<prompt_prefix>.<predictor>`` (default prefix:
-    ``<experiment>.<program class>``, so re-runs add versions to the same prompts).
+    The optimized program is logged as the run's MLflow model (``mlflow.dspy`` flavor), named after
+    the run's task and setting (``run_tags={"task": ...}``, else the ``dataset`` tag, else the program's
+    class; then e.g. ``4x4-merge-async``), and registered as ``registered_model_name`` when given; each
+    predictor's instruction is registered in the Prompt Registry of the run's experiment as
+    ``<prompt_prefix>.<predictor>`` (default prefix: ``<experiment>.<program class>``, so re-runs add
+    versions to the same prompts).
     """
 
     tracking_uri: str | None = None
@@ -171,7 +175,10 @@ class MlflowTracker:
         options = ModelOptions(
             prompt_prefix=self.prompt_prefix or default_prompt_prefix(experiment, description.program),
             registered_model_name=self.registered_model_name,
-            input_example=description.input_example, output_example=description.output_example,
+            input_example=description.input_example,
+            # The task the CLI names, else the user's name for the data, else the program's class: "sim-4x4".
+            model_name=model_name(tags.get("task") or (params["dataset"] if params["dataset"] != "unnamed"
+                                                       else description.program), description.label),
         )
         resuming = log_dir is not None and os.path.exists(os.path.join(log_dir, GEPA_STATE_FILE))
         previous = RunManifest.load(log_dir) if resuming else None
@@ -225,6 +232,8 @@ class MlflowRun:
         self.usage = usage
         self.flush_timeout_s = flush_timeout_s
         self.lineage = LineageObserver(log_dir)
+        # The failure series started so far (mlflow_io.step_metrics); a resumed run's earlier steps started some.
+        self._failing = failure_series(read_step_log(log_dir)) if resumed else set()
         self._warned = False
         self._mirror: MlflowMirror | None = None
         self._writer: BackgroundWriter | None = None
@@ -312,7 +321,7 @@ class MlflowRun:
     # -- step sink --------------------------------------------------------------------------------
     def on_step(self, record: StepRecord) -> None:
         started_at = self.manifest.started_at
-        self._submit(lambda m, run_id: m.log_step(run_id, record, started_at))
+        self._submit(lambda m, run_id: m.log_step(run_id, record, started_at, self._failing))
 
     # -- end of the run ---------------------------------------------------------------------------
     def finish(self, program: Any, results: Any) -> None:
@@ -426,6 +435,7 @@ def final_metrics(
         completion_tokens=getattr(usage, "completion_tokens", 0),
         cost_usd=getattr(usage, "cost_usd", None),
         test_score=test_score,
+        **{name: sum(getattr(s, name) or 0 for s in steps) for name in (*COUNTED, *FAILURES)},
     )
 
 

@@ -36,9 +36,16 @@ class Baseline:
     cost_usd: float | None = None
 
 
+# The step records' counts whose run totals are logged beside the step series (the run overview shows a series'
+# last step, which reads like a total: ``search/proposals 1``); the failures only when something failed.
+COUNTED = ("proposals", "improved", "accepted", "rollouts")
+FAILURES = ("reflection_failures", "rollout_failures", "lm_retries", "lm_failures")
+
+
 @dataclass
 class FinalMetrics:
-    """The run's totals. ``wall_s`` and ``cost_usd`` cover the search, not the test evaluation."""
+    """The run's totals. ``wall_s`` and ``cost_usd`` cover the search, not the test evaluation; the counts of
+    ``COUNTED`` and ``FAILURES`` are the step records' sums (None, 0: a manifest written before they were kept)."""
 
     best_val: float
     metric_calls: int
@@ -51,6 +58,14 @@ class FinalMetrics:
     completion_tokens: int = 0
     cost_usd: float | None = None
     test_score: float | None = None
+    proposals: int | None = None
+    improved: int | None = None
+    accepted: int | None = None
+    rollouts: int | None = None
+    reflection_failures: int = 0
+    rollout_failures: int = 0
+    lm_retries: int = 0
+    lm_failures: int = 0
 
     @property
     def val_test_gap(self) -> float | None:
@@ -58,7 +73,7 @@ class FinalMetrics:
 
     def metrics(self) -> dict[str, float]:
         """The totals, logged once at the end in the run page's ``totals`` section; unknown values are
-        left out, not logged as 0."""
+        left out, not logged as 0, and so are failures that did not happen."""
         values = {
             "best_val": self.best_val,
             "metric_calls": self.metric_calls,
@@ -72,6 +87,8 @@ class FinalMetrics:
             "cost_usd": self.cost_usd,
             "test_score": self.test_score,
             "val_test_gap": self.val_test_gap,
+            **{name: getattr(self, name) for name in COUNTED},
+            **{name: count for name in FAILURES if (count := getattr(self, name))},
         }
         return {f"{SUMMARY}/{name}": float(value) for name, value in values.items() if value is not None}
 
