@@ -48,7 +48,7 @@ METRIC_SECTIONS = {
 SECTION_OF = {name: section for section, names in METRIC_SECTIONS.items() for name in names}
 # The two charts a user opens the run for: the best validation score by metric calls spent (step = metric
 # calls) and by wall-clock (step = milliseconds since the start). MLflow's run page sorts its sections by
-# name, so "best_val" comes first (then cost, pool, search, time, totals; unprefixed "Model metrics" last).
+# name, so "best_val" comes first (then budget, cost, pool, search, time, totals; unprefixed "Model metrics" last).
 BEST_BY_CALLS, BEST_BY_WALL_CLOCK = "best_val/by_metric_calls", "best_val/by_wall_clock_ms"
 ELAPSED = "time/elapsed_s"
 # Files of a log directory that are uploaded as artifacts (gepa's pickled state is not).
