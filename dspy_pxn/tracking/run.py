@@ -101,13 +101,9 @@ class MlflowTracker:
         Any of ``tracking_uri``/``experiment``/``run_name``/``run_tags`` turns tracking on;
         ``mlflow=False`` with one of them is a contradiction and fails here.
         """
-        mlflow, tracking_uri, experiment, run_name, run_tags, registered_model_name = (
-            arguments.mlflow, arguments.tracking_uri, arguments.experiment, arguments.run_name, arguments.run_tags,
-            arguments.registered_model_name,
-        )
-        arguments = {"tracking_uri": tracking_uri, "experiment": experiment, "run_name": run_name, "run_tags": run_tags,
-                     "registered_model_name": registered_model_name}
-        given = {name: value for name, value in arguments.items() if value is not None}
+        mlflow, run_tags = arguments.mlflow, arguments.run_tags
+        named = ("tracking_uri", "experiment", "run_name", "run_tags", "registered_model_name")
+        given = {name: getattr(arguments, name) for name in named if getattr(arguments, name) is not None}
         if mlflow is not None and not isinstance(mlflow, bool):
             raise TypeError(
                 f"mlflow must be True, False or None, got {mlflow!r}. Pass tracking_uri=... to choose a server."
@@ -128,8 +124,8 @@ class MlflowTracker:
         if not (mlflow or given or (mlflow is None and logs_compiles())):
             return None
         require_mlflow(f"{min(given)}=..." if given else "mlflow=True")
-        return cls(tracking_uri, experiment, run_name, tuple(sorted(tags.items())),
-                   registered_model_name=registered_model_name)
+        return cls(arguments.tracking_uri, arguments.experiment, arguments.run_name, tuple(sorted(tags.items())),
+                   registered_model_name=arguments.registered_model_name)
 
     def start(self, description: RunDescription, *, log_dir: str | None, usage: RunLedger) -> MlflowRun:
         """Resolve where the run goes (sweep, caller's active run, or this tracker's settings), then open it.
@@ -185,28 +181,20 @@ class MlflowTracker:
         if previous is not None and previous.kind == "run" and previous.run_id:
             # The process died mid-run and compile() is resuming it: keep tracking the same MLflow run.
             previous.status = runlog.RUNNING
-            tracker = MlflowRun(previous, log_dir, usage, self.flush_timeout_s, online=online, resumed=True,
-                                model_options=options)
-            if parent_sweep is not None:
-                parent_sweep.children.append(log_dir)
-            return tracker
-        if log_dir is None:
-            log_dir = (
-                parent_sweep.child_log_dir(run_name)
-                if parent_sweep is not None
-                else tempfile.mkdtemp(prefix=f"dspy-pxn-{slug(run_name)}-")
+            manifest = previous
+        else:
+            if log_dir is None:
+                log_dir = (
+                    parent_sweep.child_log_dir(run_name)
+                    if parent_sweep is not None
+                    else tempfile.mkdtemp(prefix=f"dspy-pxn-{slug(run_name)}-")
+                )
+            manifest = RunManifest(
+                kind="run", run_name=run_name, experiment=experiment, tracking_uri=tracking_uri,
+                started_at=time.time(), params=dict(params), tags=tags, parent_run_id=parent_run_id,
             )
-        manifest = RunManifest(
-            kind="run",
-            run_name=run_name,
-            experiment=experiment,
-            tracking_uri=tracking_uri,
-            started_at=time.time(),
-            params=dict(params),
-            tags=tags,
-            parent_run_id=parent_run_id,
-        )
-        tracker = MlflowRun(manifest, log_dir, usage, self.flush_timeout_s, online=online, model_options=options)
+        tracker = MlflowRun(manifest, log_dir, usage, self.flush_timeout_s, online=online, resumed=manifest is previous,
+                            model_options=options)
         if parent_sweep is not None:
             parent_sweep.children.append(log_dir)
         return tracker
