@@ -41,8 +41,7 @@ logger = logging.getLogger(__name__)
 class BatchedAdapter(DspyAdapter, StepListener):
     """DspyAdapter with pooled rollouts, trace capture only where reflection needs it."""
 
-    # gepa asks the adapter to propose only if this is not None; PooledReflection does it concurrently.
-    propose_new_texts = None  # type: ignore[assignment]
+    propose_new_texts = None  # type: ignore[assignment]  # see the module docstring
 
     def __init__(self, *args: Any, pool: WorkerPool, events: StepEvents | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -98,32 +97,24 @@ class BatchedAdapter(DspyAdapter, StepListener):
         with self._lock:
             self._replays[self._batch_key(candidate, batch)] = evaluation
 
-    def _take_replay(self, candidate: dict[str, str], batch: Sequence[Example]) -> EvaluationBatch | None:
-        with self._lock:
-            return self._replays.pop(self._batch_key(candidate, batch), None)
-
     # -- gepa's step loop, followed as a step listener ------------------------------------
     @override
     def tasks_sampled(self, tasks: Sequence[ProposalTask]) -> None:
-        """The step's screening starts; the sampled parents' minibatch evaluations are the ones reflection reads."""
+        """The step's screening starts; the sampled parents' minibatch evaluations are the ones reflection reads.
+
+        gepa evaluates parents and children of a step through the same ``batch_evaluate(items)`` call
+        without saying which is which; the sampled tasks name the parents, so each (parent, minibatch)
+        pair is marked here for traces. Each mark is consumed by its first evaluation, so a child
+        identical to its parent is not traced.
+        """
         self._step_phase = "screening"
-        self.expect_parent_evaluations(unique_minibatches(tasks))
+        with self._lock:
+            self._traced_batches.update(self._batch_key(parent, batch) for parent, batch in unique_minibatches(tasks))
 
     @override
     def children_screened(self, children: int, improved: int) -> None:
         """The step's selection starts: what gepa evaluates next is validation."""
         self._step_phase = "validation"
-
-    def expect_parent_evaluations(self, batches: Sequence[tuple[dict[str, str], Sequence[Example]]]) -> None:
-        """Mark (parent candidate, minibatch) pairs whose next evaluation must capture traces.
-
-        gepa evaluates parents and children of a step through the same
-        ``batch_evaluate(items)`` call without saying which is which; the sampling
-        strategy knows the parents, so it registers them here. Each mark is consumed
-        by its first evaluation, so a child identical to its parent is not traced.
-        """
-        with self._lock:
-            self._traced_batches.update(self._batch_key(candidate, batch) for candidate, batch in batches)
 
     @staticmethod
     def _batch_key(candidate: dict[str, str], batch: Sequence[Example]) -> tuple[str, tuple[int, ...]]:
@@ -151,7 +142,8 @@ class BatchedAdapter(DspyAdapter, StepListener):
 
     def _evaluate_many(self, jobs: list[tuple[dict[str, str], Sequence[Example], bool]], phase: Phase
                        ) -> list[EvaluationBatch]:
-        replayed = [self._take_replay(candidate, batch) for candidate, batch, _ in jobs]
+        with self._lock:
+            replayed = [self._replays.pop(self._batch_key(candidate, batch), None) for candidate, batch, _ in jobs]
         if any(r is not None for r in replayed):
             fresh = iter(self._evaluate_many([job for job, r in zip(jobs, replayed, strict=True) if r is None], phase))
             return [r if r is not None else next(fresh) for r in replayed]

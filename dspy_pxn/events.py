@@ -3,18 +3,12 @@
 gepa's own callbacks say when an iteration starts and ends and which candidates were
 accepted; they do not say how many children were screened and improved, how long the
 rollouts and reflections took, or which evaluations are the parents' (whose traces
-reflection reads). The parts that know report it to one ``StepEvents``:
-
-    tasks_sampled(tasks)                        the step's proposal tasks are drawn
-    children_screened(children, improved)       children were scored on their minibatches
-    evaluated(phase, seconds, rollouts, failed) one batch of rollouts finished
-    reflected(seconds, jobs, failed)            reflection calls finished
-    sibling_merged(seconds, children)           improving children were merged into one candidate
+reflection reads). The parts that know report it to one ``StepEvents`` (the events are
+``StepListener``'s methods).
 
 A listener subclasses ``StepListener`` and overrides the events it needs, each marked
 ``@override``: a misspelt name then fails when the class is defined, not silently never
-hears its event. The step recorder listens to all of them; the adapter follows the step
-loop's phase and marks the sampled parents' minibatches for tracing.
+hears its event.
 """
 
 from __future__ import annotations
@@ -69,9 +63,8 @@ class StepEvents(StepListener):
     The lock is re-entrant and public: a schedule whose bookkeeping must land in the same
     step record as an event (the asynchronous one counts a screening's metric calls where
     its rollouts are reported) does that bookkeeping under the same lock. Once the run's
-    ``stop`` says the search has returned (the asynchronous one may return without waiting for
-    its last reflections, when no budget is left to validate their children), what work still
-    in flight tells is not part of the run, and no listener hears it.
+    ``stop`` says the search has returned, what work still in flight tells is not part of the
+    run, and no listener hears it.
     """
 
     def __init__(self, listeners: Sequence[StepListener] = (), stop: RunStop | None = None):

@@ -14,10 +14,7 @@ drops proposals that are not from the list it passed in). ``SiblingMerge`` there
 hands the merged candidate back *in* one of the improving proposals: it rewrites that
 proposal's candidate and parents (tag ``"sibling_merge"``) before gepa validates it. The
 merge costs reflection LM calls only; its validation is |val| metric calls like any child,
-inside the budget guard.
-
-(gepa's own ``use_merge=True`` is a different thing, called the *crossover* everywhere in
-this package: two candidates' components recombined, in a step of its own.)
+inside the budget guard. (gepa's own ``use_merge=True`` is the *crossover*: ``dspy_pxn.teleprompter``.)
 """
 
 from __future__ import annotations
@@ -134,13 +131,9 @@ class SiblingMerge:
     """A gepa selection strategy: validate the merge of a step's improving children (and, with
     ``keep_best``, the best child itself, so a merge that lost something cannot cost the step).
 
-    The merge is written into the pool's best candidate, so even a lone improving child is
-    merged when it was rewritten from another candidate (its lesson joins what the best
-    knows); a lone child of the best itself is validated as it is. A component that children
-    changed is merged by one ``MergeImprovements`` call with the reflection LM (the
-    components' calls run at once on the pool); one that a single child changed from the
-    best's own text takes that child's text; program source (``dspy.Flex``) is not merged as
-    prose, the best rewrite stands. A component whose merge call fails takes the best child's text.
+    The merge is written into the pool's best candidate (``merge``), so even a lone improving child
+    is merged when it was rewritten from another candidate; a lone child of the best itself is
+    validated as it is.
     """
 
     def __init__(

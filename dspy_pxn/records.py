@@ -3,8 +3,7 @@
 Everything that reports on a run (the JSONL step log, MLflow, progress, the runtime
 model) reads these records, so they carry the quantities the paper's runtime model
 needs: width, acceptance, whether validation fired, and where the time went. gepa's
-step loop writes one record per step; the asynchronous schedule one per *window* (the
-work that finished between the end of one validation and the end of the next).
+step loop writes one record per step; the asynchronous schedule one per *window* (its docstring).
 """
 
 from __future__ import annotations
@@ -214,7 +213,7 @@ class StepRecorder(StepListener):
         self.steps: list[StepRecord] = []
         self._lock = threading.Lock()
         self._recorded: Tally | None = None  # the ledger's tally at the last record
-        self._reset(None)
+        self.start(None)
 
     # -- step events --------------------------------------------------------------
     @override
@@ -264,10 +263,6 @@ class StepRecorder(StepListener):
         self.end(event["state"])
 
     # -- a step's bounds, as gepa's loop or another schedule reports them ------------
-    def start(self, state: GEPAState | None) -> None:
-        """A step begins: everything heard from now on is its."""
-        self._reset(state)
-
     def accepted(self, index: int) -> None:
         """Candidate ``index`` joined the pool in this step."""
         with self._lock:
@@ -344,8 +339,8 @@ class StepRecorder(StepListener):
                 logger.warning("Step sink %r failed: %s", sink, error)
         return record
 
-    # -- internals ------------------------------------------------------------------
-    def _reset(self, state: GEPAState | None) -> None:
+    def start(self, state: GEPAState | None) -> None:
+        """A step begins: everything heard from now on is its."""
         self._t0 = time.perf_counter()
         self._started_at = time.time()
         self._busy0 = self.pool.busy_seconds()

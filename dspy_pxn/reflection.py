@@ -122,12 +122,8 @@ class PooledReflection:
 
     A job whose reflection raises (rate limit, malformed output) yields an empty
     proposal: gepa then drops that proposal only, and the failure is logged and reported
-    (``StepEvents.reflected``).
-
-    With dspy's built-in proposers, reflection calls run where the pool runs rollouts (on a
-    Ray pool, the actors: a reflection's LM call costs the driver as much CPU as a dozen
-    rollouts' bookkeeping). A custom proposer may keep state in this process, so its calls
-    stay here.
+    (``StepEvents.reflected``). With dspy's built-in proposers, reflection calls run where the
+    pool runs rollouts; a custom proposer's stay in this process (``WorkerPool``).
     """
 
     def __init__(
@@ -157,7 +153,11 @@ class PooledReflection:
     def reflect_many(self, jobs: list[ReflectionJob]) -> list[tuple[ReflectionProposal, PooledReflection]]:
         start = time.perf_counter()
         rollout_ids = mutation_rollout_ids(jobs)
-        self._note_deterministic_repeats(rollout_ids)
+        temperature = getattr(self.reflection_lm or dspy.settings.lm, "kwargs", {}).get("temperature")
+        if any(rollout_ids) and temperature == 0 and not self._warned_zero_temperature:
+            self._warned_zero_temperature = True
+            logger.info("reflection_lm has temperature=0: mutations of one parent differ only through their "
+                        "minibatches; set temperature>0 for more diverse mutations.")
         items = [(job, self._lm(rollout_id)) for job, rollout_id in zip(jobs, rollout_ids, strict=True)]
         proposals = (self.pool.map if self.remote else self.pool.map_local)(self._call, items)
         self._report(start, proposals)
@@ -183,13 +183,3 @@ class PooledReflection:
                 logger.warning("Reflection failed; dropping this proposal: %s", error)
         failed = sum(1 for p in proposals if not p.new_texts)
         self.events.reflected(time.perf_counter() - start, len(proposals), failed)
-
-    def _note_deterministic_repeats(self, rollout_ids: list[int | None]) -> None:
-        lm = self.reflection_lm or dspy.settings.lm
-        temperature = getattr(lm, "kwargs", {}).get("temperature")
-        if any(rollout_ids) and temperature == 0 and not self._warned_zero_temperature:
-            self._warned_zero_temperature = True
-            logger.info(
-                "reflection_lm has temperature=0: mutations of one parent differ only through their "
-                "minibatches; set temperature>0 for more diverse mutations."
-            )

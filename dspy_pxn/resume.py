@@ -86,8 +86,7 @@ class RunCheckpoint:
     """The strategies' state, saved and restored through gepa's adapter-state hook."""
 
     def __init__(self, settings: dict[str, Any], sampler: SequentialMinibatchSampler, rng: random.Random,
-                 dollars_spent: Callable[[], tuple[float, float]] = lambda: (0.0, 0.0),
-                 guard: BudgetGuard | None = None):
+                 dollars_spent: Callable[[], tuple[float, float]], guard: BudgetGuard):
         self.settings = settings
         self.sampler = sampler
         self.rng = rng
@@ -104,7 +103,7 @@ class RunCheckpoint:
             "sampler_id_freqs": dict(self.sampler.id_freqs),
             "rng": self.rng.getstate(),
             **dict(zip(("spent_usd", "reflection_spent_usd"), self.dollars_spent(), strict=True)),
-            "proposals_started": self.guard.proposals_started if self.guard is not None else 0,
+            "proposals_started": self.guard.proposals_started,
         }
 
     def restore(self, saved: dict[str, Any]) -> None:
@@ -114,5 +113,4 @@ class RunCheckpoint:
         self.sampler.last_trainset_size = saved["sampler_last_trainset_size"]
         self.sampler.id_freqs = Counter(saved["sampler_id_freqs"])
         self.rng.setstate(saved["rng"])
-        if self.guard is not None:
-            self.guard.proposals_started = saved.get("proposals_started", 0)
+        self.guard.proposals_started = saved.get("proposals_started", 0)

@@ -104,6 +104,8 @@ def candidate_key(candidate: dict[str, str]) -> str:
 
 # RolloutResult.error starts with this when the metric, not the program, failed.
 METRIC_PROBLEM = "metric "
+# Built programs a rollout function keeps, per process (the candidates a run's recent steps evaluate).
+PROGRAMS_KEPT = 128
 
 
 class CandidateRollouts:
@@ -122,14 +124,12 @@ class CandidateRollouts:
         metric: Callable[..., Any],
         failure_score: float,
         code_components: bool = False,
-        capacity: int = 128,
     ):
         self.build = build
         self.metric = metric
         self.failure_score = failure_score
         self.code_components = code_components
-        self.capacity = capacity
-        self._programs: LruMemo[dspy.Module] = LruMemo(capacity)
+        self._programs: LruMemo[dspy.Module] = LruMemo(PROGRAMS_KEPT)
 
     def program(self, candidate: dict[str, str]) -> dspy.Module:
         """The candidate's program, built on first use; a candidate that cannot be built raises."""
@@ -144,7 +144,7 @@ class CandidateRollouts:
         return {k: v for k, v in self.__dict__.items() if k != "_programs"}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, _programs=LruMemo(state["capacity"]))
+        self.__dict__.update(state, _programs=LruMemo(PROGRAMS_KEPT))
 
 
 def metric_fails_everywhere(results: Sequence[RolloutResult], metric: Callable[..., Any]) -> None:

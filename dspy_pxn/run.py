@@ -5,10 +5,6 @@
                                                               recorder and adapter the search runs on
         gepa_result = schedule.run(run, live)                 dspy_pxn.schedules
         program = run.result(gepa_result, live)               the best program, its held-out score and details
-
-A ``Run`` is built once per compile and never changes: the seed candidate, the budget, the
-run's shape and guard, its description and any saved state are computed here and read
-everywhere else, so no part of the search recomputes them.
 """
 
 from __future__ import annotations
@@ -55,7 +51,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Run:
-    """One compile, prepared: what was decided before the first LM call. Built once, read everywhere."""
+    """One compile, prepared: what was decided before the first LM call. Built once and never changed, read
+    everywhere, so no part of the search recomputes it."""
 
     optimizer: BatchedGEPA  # its arguments, as given and checked
     student: Module
@@ -156,8 +153,7 @@ class Run:
                 if caps is not None:
                     caps.start()
                 yield Live(pool, ledger, caps, pace, tracked_run, recorder, events, adapter,
-                           gepa_callbacks=[*(tracked_run.gepa_callbacks if tracked_run else []), *optimizer.callbacks],
-                           started=time.perf_counter())
+                           gepa_callbacks=[*(tracked_run.gepa_callbacks if tracked_run else []), *optimizer.callbacks])
         except BaseException as error:
             if tracked_run is not None:
                 quietly("fail", lambda: tracked_run.fail(error))
@@ -204,7 +200,7 @@ class Run:
         """The best program, as dspy.GEPA returns it, with ``detailed_results`` when ``track_stats``."""
         optimizer = self.optimizer
         live.ledger.search_returned()  # the held-out score below is not the search's: it passes the caps, uncounted
-        wall_s, tally = time.perf_counter() - live.started, live.ledger.tally()
+        wall_s, tally = time.perf_counter() - live.pace.started, live.ledger.tally()
         stopped_by = self.stopped_by(gepa_result, live.ledger)
         program = live.adapter.build_program(gepa_result.best_candidate)
         feed.leave_unfed(program)
@@ -218,6 +214,7 @@ class Run:
         metric_calls = getattr(gepa_result, "total_metric_calls", None)
         if isinstance(metric_calls, int):
             warn_if_answered_from_cache(tally.usage, metric_calls)
+        run_id = getattr(live.tracked_run, "run_id", None)  # the tracked run's id, if it is one a user can look up
         details = None
         try:
             base = DspyGEPAResult.from_gepa_result(gepa_result, live.adapter)
@@ -229,7 +226,7 @@ class Run:
                 **{f.name: getattr(base, f.name) for f in fields(DspyGEPAResult)},
                 steps=tuple(live.recorder.steps), budget=self.shape.budget, num_workers=live.pool.num_workers,
                 wall_s=wall_s, test_score=test_score, usage=tally.usage, lm_call_counts=tally.counts,
-                mlflow_run_id=tracked_run_id(live.tracked_run), stopped_by=stopped_by,
+                mlflow_run_id=run_id if isinstance(run_id, str) else None, stopped_by=stopped_by,
             )
             if optimizer.track_stats:
                 program.detailed_results = details
@@ -250,12 +247,6 @@ class Run:
         return ended
 
 
-def tracked_run_id(tracked_run: TrackedRun | None) -> str | None:
-    """The tracked run's id, if it has one a user can look up."""
-    run_id = getattr(tracked_run, "run_id", None)
-    return run_id if isinstance(run_id, str) else None
-
-
 @dataclass
 class Live:
     """A prepared run's parts while it runs; ``Run.resources`` starts and closes them."""
@@ -263,13 +254,12 @@ class Live:
     pool: WorkerPool
     ledger: RunLedger  # the run's LM calls, tokens and dollars, and its stop signal
     caps: RunCaps | None  # the dollar and time caps every LM call of the search passes
-    pace: RunPace  # rollouts and reflections so far, and how long they took
+    pace: RunPace  # rollouts and reflections so far, and how long they took (since the search began: ``started``)
     tracked_run: TrackedRun | None
     recorder: StepRecorder  # one StepRecord per step, to the step log, the user's sinks and the tracked run
     events: StepEvents  # the step events, heard by the recorder (and whatever a schedule adds)
     adapter: BatchedAdapter  # every rollout of the run, on the pool
     gepa_callbacks: list[Any]  # the tracked run's and the user's gepa callbacks (the recorder is not one of them)
-    started: float  # perf_counter() when the search began
 
 
 # ---------------------------------------------------------------------------------- decisions

@@ -26,15 +26,11 @@ MERGES = ("merge", "merge+best")  # built by the optimizer (they need its reflec
 HINT = "use 'all', 'best', 'merge', 'merge+best', a positive int k (top-k), or a gepa SelectionStrategy instance"
 
 
-def _top_k(selection: Any) -> int | None:
-    if isinstance(selection, int) and not isinstance(selection, bool) and selection >= 1:
-        return selection
-    return None
-
-
 def spec(selection: Any) -> Selection:
     """A named selection or k, checked; a gepa strategy of one of those kinds gives its spec."""
-    if (isinstance(selection, str) and selection in NAMED) or _top_k(selection) is not None:
+    if isinstance(selection, str) and selection in NAMED:
+        return selection
+    if isinstance(selection, int) and not isinstance(selection, bool) and selection >= 1:
         return selection
     if isinstance(selection, AllImprovements):
         return "all"

@@ -39,6 +39,8 @@ CANDIDATE_SELECTORS: dict[str, Callable[[random.Random], CandidateSelector]] = {
     "epsilon_greedy": lambda rng: EpsilonGreedyCandidateSelector(epsilon=0.1, rng=rng),
     "top_k_pareto": lambda rng: TopKParetoCandidateSelector(k=5, rng=rng),
 }
+# Selector draws per parent wanted before DistinctParentsPxN tops its parents up from the Pareto front.
+DRAWS_PER_PARENT = 8
 
 
 def component_selector(selector: Any) -> Any:
@@ -128,26 +130,18 @@ class DistinctParentsPxN:
     consumes the RNG exactly as gepa's ``SingleMutationSampling``.
     """
 
-    def __init__(
-        self,
-        p: int,
-        n: int,
-        guard: BudgetGuard,
-        events: StepEvents | None = None,
-        draws_per_parent: int = 8,
-    ):
+    def __init__(self, p: int, n: int, guard: BudgetGuard, events: StepEvents | None = None):
         self.p = p
         self.n = n
         self.guard = guard
         self.events = events or StepEvents()
-        self.draws_per_parent = draws_per_parent
 
     def choose_parents(self, state: GEPAState, selector: CandidateSelector, count: int) -> list[int]:
         parents = [selector.select_candidate_idx(state)]  # the selector's own first draw, as gepa's
         if count == 1:
             return parents
         front = pareto_front_programs(state)
-        draws = count * self.draws_per_parent - 1
+        draws = count * DRAWS_PER_PARENT - 1
         if type(selector) is ParetoCandidateSelector and len(front) <= count:
             # gepa's Pareto selector draws from exactly this front, and every draw recomputes it
             # (quadratic in the programs): more draws could only find the members taken below.

@@ -1,24 +1,11 @@
 """BatchedGEPA: dspy.GEPA with P×N proposals per step, one worker pool, an exact budget.
 
-A compile is one story, each line a module:
-
-    run = Run.prepare(self, student, trainset, valset)         dspy_pxn.run: every check and decision, once
-    with run.resources() as live:                              the pool, tracker, usage meter, LM counter
-        gepa_result = SCHEDULES[run.schedule].run(run, live)   dspy_pxn.schedules: how the search runs
-        return run.result(gepa_result, live)                   the best program, with detailed_results
-
-and two choices shape the search:
-
-    schedule   steps   gepa's own step loop, P×N wide (gepa.optimize with dspy-pxn's strategies)
-               async   P·N proposal pipelines always in flight, no step barrier (the default above 1×1)
-    selection  all | best | k          which improving children are fully validated (gepa's strategies)
-               merge | merge+best      the improving children merged into one candidate by one reflection
-                                       call, the *sibling merge* (dspy_pxn.merge; the default above 1×1)
-
-gepa's own ``use_merge=True`` is a different thing, called the *crossover* inside this package:
-off by default, because when it fires it replaces a whole step, so a P×N run and a 1×1 run
-no longer spend their steps on the same kind of work. Tracking is a ``Tracker`` handed in
-(``dspy_pxn.tracker``): this module does not know MLflow.
+A compile is one story, each line a module (``compile`` below; ``dspy_pxn.run`` tells each move). Two
+choices shape the search, ``schedule`` (``dspy_pxn.schedules``) and ``selection`` (``dspy_pxn.selection``;
+the *sibling merge* is ``dspy_pxn.merge``), both told with BatchedGEPA's arguments. gepa's own
+``use_merge=True`` is a different thing, called the *crossover* inside this package (off by default: when
+it fires it replaces a whole step). Tracking is a ``Tracker`` handed in (``dspy_pxn.tracker``): this module
+does not know MLflow.
 """
 
 from __future__ import annotations

@@ -79,6 +79,7 @@ class TrackingArguments:
         )
 
 
+# The tracker of the enclosing ``with ...`` block (a sweep), if any.
 _AMBIENT: contextvars.ContextVar[Tracker | None] = contextvars.ContextVar("dspy_pxn_tracker", default=None)
 _FROM_ARGUMENTS: list[Callable[[TrackingArguments], Tracker | None]] = []
 _AROUND_COMPILE: list[Callable[[], AbstractContextManager[Any]]] = []
@@ -99,11 +100,6 @@ def around_compile() -> Iterator[None]:
             except Exception as error:  # noqa: BLE001 - tooling never stops a search
                 logger.warning("Could not set up %r for the compile (%s: %s).", factory, type(error).__name__, error)
         yield
-
-
-def ambient() -> Tracker | None:
-    """The tracker of the enclosing ``with ...`` block (a sweep), if any."""
-    return _AMBIENT.get()
 
 
 @contextmanager
@@ -153,7 +149,7 @@ def tracker_for(
 
 def effective_tracker(chosen: Tracker | None, mlflow: bool | None) -> Tracker | None:
     """The tracker that follows this compile: the one chosen, else the enclosing sweep's unless ``mlflow=False``."""
-    return chosen or (ambient() if mlflow is not False else None)
+    return chosen or (_AMBIENT.get() if mlflow is not False else None)
 
 
 def start_tracked_run(tracker: Tracker | None, description: RunDescription, *, log_dir: str | None,

@@ -142,8 +142,7 @@ class RunCaps(BaseCallback):
 
     def release(self, usd: float, reflection: bool) -> None:
         with self.settled:
-            self.reserved -= usd
-            self.reflection_reserved -= usd if reflection else 0.0
+            self.reserve(-usd, reflection)
             self.settled.notify_all()
 
     # -- the gate: DSPy callback, first in the context's list ----------------------------
@@ -159,15 +158,15 @@ class RunCaps(BaseCallback):
         model, size = str(getattr(instance, "model", "")), prompt_size(inputs) if self.counts_dollars else 0
         worst = self._worst_case(instance, size, inputs) if self.counts_dollars else 0.0
         with self.settled:
-            # A call that would fit once the calls in flight settle (they usually cost far less than their
-            # worst case) waits for them; one that would not fit even then is refused.
+            # A call that would fit once the calls in flight settle waits: they usually cost far less than reserved.
             reflection_usd = worst if reflection else 0.0
             while ((over := self._over(worst, reflection_usd)) is not None and self.reserved
                    and self._over(worst, reflection_usd, settled=True) is None):
                 if self.stop.refusing or self._past_deadline():
                     over = self.stop.budget if self.stop.refusing else "max_wall_s"
                     break
-                self.settled.wait(timeout=self._wait_s())
+                left_s = self.seconds_left() if self.deadline is not None else 1.0
+                self.settled.wait(timeout=max(0.001, min(1.0, left_s)))  # looks again in a second, or at the deadline
             if over is None:
                 self.worst_reserved += worst
                 self.reserve(worst, reflection)
@@ -192,10 +191,6 @@ class RunCaps(BaseCallback):
                                "billed more tokens per byte than earlier ones, so a dollar cap may be overrun by that "
                                "difference.", model, call.cost_usd, worst)
         self.release(worst, reflection)
-
-    def _wait_s(self) -> float:
-        """How long a call waits for others to settle before it looks again (the deadline, at most)."""
-        return max(0.001, min(1.0, self.seconds_left() if self.deadline is not None else 1.0))
 
     def _past_deadline(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline

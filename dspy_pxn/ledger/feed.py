@@ -57,21 +57,11 @@ class _Feed(BaseCallback):
         for ledger in active_ledgers():
             ledger.call_ended(call_id, exception)
 
-    def __reduce__(self) -> tuple[Any, tuple[()]]:
-        return _feed, ()
-
-    def __copy__(self) -> _Feed:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> _Feed:
-        return self
+    def __reduce__(self) -> str:
+        return "FEED"  # pickled by name, and copy.copy/deepcopy return the object itself
 
 
 FEED = _Feed()
-
-
-def _feed() -> _Feed:
-    return FEED
 
 
 _lock = threading.Lock()
@@ -166,41 +156,32 @@ def _telling(function: Callable[..., Any], attempt: bool) -> Callable[..., Any]:
     """``function`` unchanged, but the calls in progress hear that it ran: their execution began (their
     attempts are counted from now), or one attempt was made, and whether it raised."""
 
-    def began() -> list[Any]:
+    @contextmanager
+    def telling() -> Iterator[None]:
         calls = [call for _, call in calls_in_progress()]
         for call in calls:
             call.attempts += attempt
             call.executed = True
-        return calls
-
-    def ended(calls: list[Any], failed: bool) -> None:
-        for call in calls if attempt else ():
-            call.failed_attempts += failed
-            call.last_attempt_failed = failed
+        failed = True
+        try:
+            yield
+            failed = False
+        finally:
+            for call in calls if attempt else ():
+                call.failed_attempts += failed
+                call.last_attempt_failed = failed
 
     if inspect.iscoroutinefunction(function):
         @functools.wraps(function)
         async def told_async(*args: Any, **kwargs: Any) -> Any:
-            calls = began()
-            try:
-                result = await function(*args, **kwargs)
-            except BaseException:
-                ended(calls, True)
-                raise
-            ended(calls, False)
-            return result
+            with telling():
+                return await function(*args, **kwargs)
 
         return told_async
 
     @functools.wraps(function)
     def told(*args: Any, **kwargs: Any) -> Any:
-        calls = began()
-        try:
-            result = function(*args, **kwargs)
-        except BaseException:
-            ended(calls, True)
-            raise
-        ended(calls, False)
-        return result
+        with telling():
+            return function(*args, **kwargs)
 
     return told

@@ -4,11 +4,8 @@ It hears each call from two places DSPy already has: its start, attempts and end
 one LM callback (``feed``), and its billed usage as DSPy's ``usage_tracker``, which DSPy hands every
 billed call's usage while the call is in progress. It is the only place a call is priced, then, so
 a dollar cap reading it is never late. The caps, step records, progress line, tracking, result and
-resume all read it; a step's share is ``tally().since(previous)``.
-
-``stop`` is the run's one signal that it is over. Once the search has returned the ledger is
-frozen: calls still in flight (an async run's last reflections, which no budget could still use)
-and calls started later are ``abandoned``, in no other count, however late they return.
+resume all read it; a step's share is ``tally().since(previous)``. Its ``stop`` (``RunStop``) is the
+run's one signal that it is over; then the ledger is frozen (``search_returned``).
 """
 
 from __future__ import annotations
@@ -187,9 +184,8 @@ class _Bill(list):
 
 
 class BilledTracker(UsageTracker):
-    """A usage tracker whose entries the run's ledger bills as they come (one of a rollout's own: DSPy attaches
-    ``pred.get_lm_usage()`` only under a tracker of the program's). ``dspy.Parallel`` deep-copies the tracker
-    into its threads (in a program, or DSPy's evaluators): the copy is the tracker itself."""
+    """A usage tracker whose entries the run's ledger bills as they come (a rollout's own: ``call_program``).
+    ``dspy.Parallel`` deep-copies it into its threads (in a program, or DSPy's evaluators): the copy is itself."""
 
     def __init__(self, ledger: RunLedger):
         super().__init__()
@@ -256,7 +252,9 @@ class RunLedger(BilledTracker):
             return
         reflection = call.reflection if call is not None else bool(dspy.settings.get(REFLECTING, False))
         prompt, completion = (count or 0 for count in billed_tokens(entry))
-        price = self._price(model)
+        if model not in self.prices:
+            self.prices[model] = token_prices(model)
+        price = self.prices[model]
         cost = price.of(prompt, completion) if price is not None else 0.0
         with self._lock:
             if self.stop.returned:
@@ -276,11 +274,6 @@ class RunLedger(BilledTracker):
                 call.billed = True
         if self.parent is not None:  # as DSPy hands a nested tracker's usage up
             self.parent.add_usage(model, entry)
-
-    def _price(self, model: str) -> Price | None:
-        if model not in self.prices:
-            self.prices[model] = token_prices(model)
-        return self.prices[model]
 
     # -- reading ----------------------------------------------------------------------------------------
     def tally(self) -> Tally:

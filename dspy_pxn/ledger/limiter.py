@@ -31,12 +31,14 @@ class LMCallLimiter(BaseCallback):
 
     def __init__(self, max_concurrent: int):
         self.max_concurrent = positive_int("max_concurrent_lm_calls", max_concurrent, CAP_HINT)
-        self._slots = threading.BoundedSemaphore(max_concurrent)
+        # The cap itself, public for pools whose LM calls run where this callback cannot see them (Ray
+        # actors): such a pool holds one slot per rollout in flight, shared with every other call.
+        self.slots = threading.BoundedSemaphore(max_concurrent)
         self._lock = threading.Lock()
         self._holding: set[str] = set()  # calls holding a slot
 
     def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
-        self._slots.acquire()
+        self.slots.acquire()
         with self._lock:
             self._holding.add(call_id)
 
@@ -45,17 +47,11 @@ class LMCallLimiter(BaseCallback):
             held = call_id in self._holding
             self._holding.discard(call_id)
         if held:  # a call whose start never reached this limiter holds no slot
-            self._slots.release()
+            self.slots.release()
 
     def in_flight(self) -> int:
         with self._lock:
             return len(self._holding)
-
-    @property
-    def slots(self) -> threading.BoundedSemaphore:
-        """The cap itself, for pools whose LM calls run where this callback cannot see them (Ray
-        actors): such a pool holds one slot per rollout in flight, shared with every other call."""
-        return self._slots
 
 
 def installed(limiter: LMCallLimiter | None):

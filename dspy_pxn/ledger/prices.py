@@ -5,12 +5,9 @@ Prices come from the price map DSPy ships (``dspy.clients.model_metadata``, a co
 imported already, so ``litellm.register_model(...)`` prices a model litellm does not know. Nothing
 here imports litellm: on DSPy's native engine a run never loads it.
 
-The worst case of a call (what a dollar cap reserves before the call) is its prompt's tokens plus
-its ``max_tokens`` of output, and no tokenizer is needed for the prompt's (``PromptTokenBound``):
-until a provider has billed a call of the model, a prompt is taken to be as many tokens as it has
-UTF-8 bytes, which a byte-level BPE tokenizer never exceeds; afterwards, the most tokens per byte the
-provider billed for that model so far, with a quarter to spare. The reservation is settled at the
-billed cost when the call ends.
+The worst case of a call (what a dollar cap reserves before the call) is its prompt's tokens, bounded
+without a tokenizer (``PromptTokenBound``), plus its ``max_tokens`` of output. The reservation is settled
+at the billed cost when the call ends.
 """
 
 from __future__ import annotations
@@ -56,23 +53,24 @@ def use_bundled_price_maps() -> None:
 
 def token_prices(model: str) -> Price | None:
     """The model's dollars per token; None when no map prices it (unknown is not free)."""
-    return _price_in(_entry(model))
+    entry = _entry(model)
+    prompt, completion = entry.get("input_cost_per_token"), entry.get("output_cost_per_token")
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in (prompt, completion)):
+        return Price(float(prompt), float(completion))
+    return None
 
 
 def price_of(lm: Any) -> Price | None:
-    """The LM's price; free for a model served on this machine that no map prices; None when unknown."""
-    price = token_prices(str(getattr(lm, "model", "")))
+    """The LM's price; free for a model served on this machine (a local provider, or an ``api_base`` on the
+    loopback interface) that no map prices; None when unknown."""
+    model = str(getattr(lm, "model", ""))
+    price = token_prices(model)
     if price is not None:
         return price
-    return FREE if is_local(lm) else None
-
-
-def is_local(lm: Any) -> bool:
-    """An LM served on this machine: a local provider, or an ``api_base`` on the loopback interface."""
-    provider = str(getattr(lm, "model", "")).partition("/")[0]
     api_base = (getattr(lm, "kwargs", None) or {}).get("api_base") or getattr(lm, "api_base", None)
     host = urlparse(api_base).hostname if isinstance(api_base, str) else None
-    return provider in LOCAL_PROVIDERS or host in LOOPBACK_HOSTS or (host or "").startswith("127.")
+    local = model.partition("/")[0] in LOCAL_PROVIDERS or host in LOOPBACK_HOSTS or (host or "").startswith("127.")
+    return FREE if local else None
 
 
 def max_output_tokens(lm: Any, call_kwargs: Mapping[str, Any] | None = None) -> int | None:
@@ -175,9 +173,3 @@ def _tokens(usage: Mapping[str, Any], *names: str) -> int | None:
             return int(value)
     return None
 
-
-def _price_in(entry: Mapping[str, Any]) -> Price | None:
-    prompt, completion = entry.get("input_cost_per_token"), entry.get("output_cost_per_token")
-    if all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in (prompt, completion)):
-        return Price(float(prompt), float(completion))
-    return None

@@ -47,12 +47,8 @@ class ShareSpent(CapReached):
 
 @dataclass(frozen=True)
 class Allowance:
-    """What each unit of one map sent to another process may spend, and until when.
-
-    The driver reserved ``per_item_usd`` per unit; on the worker each unit runs behind its own gate
-    (``gate``) with that much to spend, the run's prices and its deadline, and a refusal there names
-    the driver's budget that bounded the share.
-    """
+    """What each unit of one map sent to another process may spend (``per_item_usd``, reserved by the
+    driver), and until when; a refusal on the worker names the driver's budget that bounded the share."""
 
     per_item_usd: float | None  # None: no dollar cap, only a deadline
     budget: str  # the cap the share came from
@@ -179,7 +175,4 @@ _shares_lock = threading.Lock()
 def shares_of(caps: RunCaps) -> RemoteShares:
     """The run's shares out on other processes: one keeper per run's caps."""
     with _shares_lock:
-        shares = _shares.get(caps)
-        if shares is None:
-            shares = _shares[caps] = RemoteShares(caps)
-        return shares
+        return _shares.setdefault(caps, RemoteShares(caps))

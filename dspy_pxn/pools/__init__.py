@@ -7,12 +7,9 @@ runs rollouts on Ray actors (the optional ``ray`` extra, imported only when used
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from dspy_pxn.pools.threads import ThreadWorkerPool
-
-T = TypeVar("T")
-R = TypeVar("R")
+from dspy_pxn.pools.threads import R, T, ThreadWorkerPool
 
 
 @runtime_checkable

@@ -10,10 +10,8 @@ One driver process feeds every actor, so its CPU per rollout bounds the W a run 
 the pool keeps it small. The driver pays per Ray call, not per rollout: rollouts travel in
 batches (at most what one actor runs at once), and maps that wait together (the async
 schedule's pipelines, a few rollouts each) share batches, built by one dispatcher thread.
-A function or settings object is stored in Ray once, not per batch, and each actor keeps
-it resolved. A killed actor is restarted by Ray and its in-flight calls are retried
-(``max_task_retries``); a call that still fails raises ``WorkerLostError`` instead of
-hanging the step.
+A killed actor is restarted by Ray and its in-flight calls are retried (``max_task_retries``);
+a call that still fails raises ``WorkerLostError`` instead of hanging the step.
 
 A rollout's LM accounting comes back with its result: each unit runs under a ledger of its
 own on the actor (its calls, attempts, retries and failures, priced at the run's prices), and
@@ -36,7 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import dspy
 
@@ -48,10 +46,7 @@ from dspy_pxn.ledger.limiter import active_limiters
 from dspy_pxn.ledger.prices import Price, PromptTokenBound
 from dspy_pxn.ledger.remote import Allowance, ShareSpent, shares_of
 from dspy_pxn.memo import LruMemo
-from dspy_pxn.pools import ThreadWorkerPool
-
-T = TypeVar("T")
-R = TypeVar("R")
+from dspy_pxn.pools.threads import R, T, ThreadWorkerPool
 
 # The dspy settings a rollout reads; they travel with every batch of calls.
 SHIPPED_SETTINGS = ("lm", "adapter")
@@ -64,34 +59,17 @@ class WorkerLostError(RuntimeError):
     """A rollout's Ray worker died more often than ``max_task_retries`` allows."""
 
 
-def _require_ray():
-    try:
-        import ray
-    except ImportError:
-        raise ImportError(
-            "pool='ray' needs Ray: pip install 'dspy-pxn[ray]' (or pip install ray), then start or join a "
-            "cluster with `ray start --head`."
-        ) from None
-    return ray
-
-
 class RolloutActor:
     """Runs the driver's functions under the driver's dspy settings, many at once (threads).
 
-    Rollouts arrive in batches, one actor call each, because the driver's cost is per Ray call
-    (submission, completion, result transfer), not per rollout; a batch may serve several of the
-    driver's maps at once (one group each), runs concurrently on the actor's own threads and
-    comes back with each group's usage and call counts summed once.
-
-    The function and the settings arrive as object references the driver stored once (boxed,
-    so Ray does not resolve them per call); the actor resolves each once and keeps it, so a
-    function that caches work (built programs) keeps its cache from batch to batch.
+    A batch (one actor call: the driver pays per Ray call) may serve several of the driver's maps, one
+    group each, and comes back with each group's usage and call counts summed once. The function and the
+    settings arrive boxed (so Ray does not resolve them per call); the actor resolves each once and keeps
+    it, so a function that caches work (built programs) keeps its cache from batch to batch.
     """
 
     def __init__(self, threads: int = 1):
-        self._threads = threads
-        self._executor: ThreadPoolExecutor | None = None
-        self._lock = threading.Lock()
+        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dspy-pxn-actor")
         self._resolved: LruMemo[Any] = LruMemo(SHIPPED_KEPT)
 
     def run_batch(
@@ -102,9 +80,6 @@ class RolloutActor:
         driver's ledger), what the function raised, if it did, the largest worst case one item reserved and
         the prompt tokens per byte its gates learned (``dspy_pxn.ledger.remote``). Groups are the driver's maps
         this call serves."""
-        with self._lock:
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(max_workers=self._threads, thread_name_prefix="dspy-pxn-actor")
         runs = [[self._executor.submit(self._one, self._resolve(fn[0]), self._resolve(settings[0]), item, allowance,
                                        prices) for item in items]
                 for fn, settings, items, allowance, prices in groups]
@@ -181,21 +156,17 @@ class _MapRequest:
         self.results = [None] * len(self.items)
         self._missing = len(self.items)
 
-    def deliver(self, indices: list[int], results: list[Any]) -> None:
+    def deliver(self, indices: list[int], results: list[Any], error: BaseException | None = None) -> None:
+        """The items at ``indices`` are back, with their results or the error they failed with; a map that
+        failed raises its first error once all its items are back (so their LM usage is in the run's ledger
+        before its caller goes on)."""
         with self._lock:
-            for index, result in zip(indices, results, strict=True):
-                self.results[index] = result
-            self._missing -= len(indices)
-            if self._missing == 0:
-                self.done.set()
-
-    def fail(self, error: BaseException, items: int) -> None:
-        """``items`` of the map failed; it raises the first error once all its items are back (so their
-        LM usage is in the run's ledger before its caller goes on)."""
-        with self._lock:
-            if self.error is None:
+            if error is None:
+                for index, result in zip(indices, results, strict=True):
+                    self.results[index] = result
+            elif self.error is None:
                 self.error = error
-            self._missing -= items
+            self._missing -= len(indices)
             if self._missing == 0:
                 self.done.set()
 
@@ -231,7 +202,13 @@ class RayWorkerPool:
         if isinstance(max_task_retries, bool) or not isinstance(max_task_retries, int) or max_task_retries < 0:
             raise ValueError(f"max_task_retries must be an int >= 0, got {max_task_retries!r}.")
         positive_int("actors", actors, "None: one actor per CPU of the cluster.", or_none=True)
-        ray = _require_ray()
+        try:
+            import ray
+        except ImportError:
+            raise ImportError(
+                "pool='ray' needs Ray: pip install 'dspy-pxn[ray]' (or pip install ray), then start or join a "
+                "cluster with `ray start --head`."
+            ) from None
         self._ray = ray
         self._owns_ray = False
         if not ray.is_initialized():
@@ -300,8 +277,7 @@ class RayWorkerPool:
             items=list(items),
             ledgers=ledgers,
             prices=dict(ledgers[-1].prices) if ledgers else {},
-            # The run's max_concurrent_lm_calls, as rollouts in flight: the limiters' own slots, so the cap
-            # holds across concurrent maps (the async schedule's pipelines) and the driver's reflections.
+            # max_concurrent_lm_calls as rollouts in flight, on the limiters' own slots: one cap for all maps.
             caps=sorted((c.slots for c in limiters), key=id),
             cap_size=min((c.max_concurrent for c in limiters), default=None),
             run_caps=run_caps,
@@ -309,12 +285,9 @@ class RayWorkerPool:
         )
 
     def _dispatch(self) -> None:
-        """Turn the maps waiting now into actor calls; runs in one thread, so the W and LM-cap slots
-        are only ever acquired here, in order, and concurrent maps cannot deadlock on them.
-
-        Maps that arrive together (the async schedule's pipelines, each a few rollouts) share actor
-        calls: the driver pays per Ray call, so fifty 3-rollout maps cost what a few large ones do.
-        """
+        """Turn the maps waiting now into shared actor calls (fifty 3-rollout maps cost what a few large
+        ones do); runs in one thread, so the W and LM-cap slots are only ever acquired here, in order, and
+        concurrent maps cannot deadlock on them."""
         while True:
             first = self._requests.get()
             if first is None:
@@ -353,9 +326,7 @@ class RayWorkerPool:
             self.actor_calls += 1
         except Exception as error:  # noqa: BLE001 - a submission that fails fails its maps, never the dispatcher
             self._release(batch)
-            for request, indices in served:
-                self._lost(request)
-                request.fail(error, len(indices))
+            self._lost(served, error)
             return
         ref.future().add_done_callback(lambda future: self._finish(future, batch, served))
 
@@ -368,14 +339,10 @@ class RayWorkerPool:
         except self._ray.exceptions.RayActorError as error:
             lost = WorkerLostError(f"a rollout's Ray worker died and its retries ran out: {error}")
             lost.__cause__ = error
-            for request, indices in served:
-                self._lost(request)
-                request.fail(lost, len(indices))
+            self._lost(served, lost)
             return
         except BaseException as error:  # noqa: BLE001 - the map raises it in its caller's thread
-            for request, indices in served:
-                self._lost(request)
-                request.fail(error, len(indices))
+            self._lost(served, error)
             return
         for (request, indices), (results, seconds, tally, error, largest, learned) in zip(served, outputs, strict=True):
             with self._lock:
@@ -385,15 +352,15 @@ class RayWorkerPool:
             if request.run_caps is not None:
                 request.run_caps.prompt_bound.merge(learned)
                 shares_of(request.run_caps).settle(request.allowance, len(indices), largest)
-            if error is not None:
-                request.fail(error, len(indices))
-            else:
-                request.deliver(indices, results)
+            request.deliver(indices, results, error)
 
     @staticmethod
-    def _lost(request: _MapRequest) -> None:
-        if request.run_caps is not None:
-            shares_of(request.run_caps).lost(request.allowance)
+    def _lost(served: list[tuple[_MapRequest, list[int]]], error: BaseException) -> None:
+        """The actor call failed as a whole: each map it served fails, its units' shares held (``shares.lost``)."""
+        for request, indices in served:
+            if request.run_caps is not None:
+                shares_of(request.run_caps).lost(request.allowance)
+            request.deliver(indices, [], error)
 
     def _release(self, batch: list[tuple[_MapRequest, int]]) -> None:
         for request, _ in batch:

@@ -151,10 +151,13 @@ class AsyncSchedule(StepListener):
                     except BaseException as failure:  # noqa: BLE001 - stop launching, drain, then raise
                         error = error or failure
                         continue
-                    if kind == "proposal":
-                        queued += self._screened(outcome)
-                    else:
+                    if kind == "validation":
                         self._validated(outcome)
+                    elif outcome is not None and outcome.improved:  # an improving child queues for validation
+                        queued.append(outcome.proposal)
+                    elif outcome is not None:  # any other is rejected now
+                        self.notify.rejected(self.state, outcome.proposal, "did not beat its parent on the minibatch",
+                                             "not_improved")
         finally:
             pipelines.shutdown(wait=not self.stop.returned)
             validator.shutdown(wait=True)
@@ -322,15 +325,13 @@ class AsyncSchedule(StepListener):
 
     def _only_futile_reflections_left(self, in_flight: dict[Future, str]) -> bool:
         """Whether all that is in flight is pipelines waiting on reflections whose children no budget is left
-        to validate. Under a long-tailed reflection latency the slowest of them would hold the run's end for
-        nothing: they cannot change its result."""
+        to validate (see the module docstring: they cannot change the result)."""
         with self.lock:
             return (all(kind == "proposal" for kind in in_flight.values())
                     and len(self.reflecting) == len(in_flight) and not self._can_still_validate())
 
     def _stop_waiting_for_reflections(self) -> None:
-        """End the search with the last reflections still in flight: their calls were made and are paid for,
-        but they return to a run whose ledger has returned, and no step event, callback or count hears them."""
+        """End the search with the last reflections still in flight (see the module docstring)."""
         with self.lock:
             self.live.ledger.search_returned()
             for task in self.reflecting.values():
@@ -340,15 +341,6 @@ class AsyncSchedule(StepListener):
         logger.info("The search ended with %d reflection(s) in flight: no budget was left to validate their "
                     "children; their LM calls finish in the background, outside this run's usage and LM call "
                     "counts (lm_call_counts.abandoned counts them).", left_in_flight)
-
-    def _screened(self, screened: _Screened | None) -> list[CandidateProposal]:
-        """An improving child queues for validation; any other is rejected now."""
-        if screened is None:
-            return []
-        if screened.improved:
-            return [screened.proposal]
-        self.notify.rejected(self.state, screened.proposal, "did not beat its parent on the minibatch", "not_improved")
-        return []
 
     # ------------------------------------------------------------------------------ validation
     def _validate(self, executor: ThreadPoolExecutor, in_flight: dict[Future, str],

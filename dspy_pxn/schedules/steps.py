@@ -48,51 +48,43 @@ class StepSchedule:
             stoppers.append(CapsStopper(live.caps, run.guard, run.p * run.n, live.pool.num_workers))
         driven = StateDriven()
         try:
-            return StepSchedule._optimize(run, live, parts, stoppers, driven)
+            return gepa.optimize(
+                seed_candidate=run.seed_candidate,
+                trainset=run.trainset,
+                valset=run.valset,
+                adapter=live.adapter,
+                candidate_selection_strategy=parts.candidate_selector,
+                batch_sampler=parts.sampler,
+                sampling_strategy=DistinctParentsPxN(run.p, run.n, run.guard, live.events),
+                selection_strategy=parts.selection,
+                reflection_strategy=parts.reflection,
+                stop_callbacks=stoppers,
+                callbacks=[driven, live.recorder, *live.gepa_callbacks],
+                skip_perfect_score=optimizer.skip_perfect_score,
+                perfect_score=optimizer.perfect_score,
+                module_selector=parts.component_selector,
+                use_merge=optimizer.use_merge,
+                max_merge_invocations=optimizer.max_merge_invocations,
+                logger=LoggerAdapter(logger),
+                run_dir=optimizer.log_dir,
+                use_wandb=optimizer.use_wandb,
+                wandb_api_key=optimizer.wandb_api_key,
+                wandb_init_kwargs=optimizer.wandb_init_kwargs,
+                track_best_outputs=optimizer.track_best_outputs,
+                display_progress_bar=optimizer.display_progress_bar,
+                raise_on_exception=True,
+                seed=optimizer.seed,
+                **optimizer.gepa_kwargs,
+            )
         except CapReached as reached:
-            if driven.state is None:  # gepa was still scoring the seed
+            state = driven.state
+            if state is None:  # gepa was still scoring the seed
                 with seed_validation_paid():
                     raise reached from None
-            return StepSchedule._stopped(run, live, driven.state)
-
-    @staticmethod
-    def _stopped(run: Run, live: Live, state: GEPAState) -> GEPAResult:
-        """gepa's state where a cap stopped its loop, saved (for resume) and read as gepa reads it."""
-        state.adapter_state = dict(live.adapter.get_adapter_state())
-        state.save(run.optimizer.log_dir, use_cloudpickle=bool(run.optimizer.gepa_kwargs.get("use_cloudpickle")))
-        return GEPAResult.from_state(state, run_dir=run.optimizer.log_dir, seed=run.optimizer.seed)
-
-    @staticmethod
-    def _optimize(run: Run, live: Live, parts: GepaParts, stoppers: list[Any], driven: StateDriven) -> GEPAResult:
-        optimizer = run.optimizer
-        return gepa.optimize(
-            seed_candidate=run.seed_candidate,
-            trainset=run.trainset,
-            valset=run.valset,
-            adapter=live.adapter,
-            candidate_selection_strategy=parts.candidate_selector,
-            batch_sampler=parts.sampler,
-            sampling_strategy=DistinctParentsPxN(run.p, run.n, run.guard, live.events),
-            selection_strategy=parts.selection,
-            reflection_strategy=parts.reflection,
-            stop_callbacks=stoppers,
-            callbacks=[driven, live.recorder, *live.gepa_callbacks],
-            skip_perfect_score=optimizer.skip_perfect_score,
-            perfect_score=optimizer.perfect_score,
-            module_selector=parts.component_selector,
-            use_merge=optimizer.use_merge,
-            max_merge_invocations=optimizer.max_merge_invocations,
-            logger=LoggerAdapter(logger),
-            run_dir=optimizer.log_dir,
-            use_wandb=optimizer.use_wandb,
-            wandb_api_key=optimizer.wandb_api_key,
-            wandb_init_kwargs=optimizer.wandb_init_kwargs,
-            track_best_outputs=optimizer.track_best_outputs,
-            display_progress_bar=optimizer.display_progress_bar,
-            raise_on_exception=True,
-            seed=optimizer.seed,
-            **optimizer.gepa_kwargs,
-        )
+            # gepa's state where a cap stopped its loop, saved (for resume) and read as gepa reads it.
+            state.adapter_state = dict(live.adapter.get_adapter_state())
+            state.save(optimizer.log_dir, use_cloudpickle=bool(optimizer.gepa_kwargs.get("use_cloudpickle")))
+            return GEPAResult.from_state(state, run_dir=optimizer.log_dir, seed=optimizer.seed)
 
 
 class StateDriven:
