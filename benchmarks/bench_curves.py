@@ -12,9 +12,7 @@ and its score, and the run's held-out score. Writes benchmarks/results/curves_w1
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +21,7 @@ from pathlib import Path
 os.environ.setdefault("TQDM_DISABLE", "1")  # gepa's and DSPy's progress bars, read when tqdm is imported
 
 import dspy
+from bench_schedules import regime_parser  # benchmarks/ is the script's own directory
 
 from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
@@ -64,19 +63,7 @@ def run_one(config: str, args, landscape: str, seed: int) -> dict:
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.WARNING)
-    for noisy in ("dspy", "gepa", "dspy_pxn"):
-        logging.getLogger(noisy).setLevel(logging.ERROR)
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--task-latency", type=float, default=0.5, help="T_e in seconds (before --scale)")
-    parser.add_argument("--scale", type=float, default=0.2, help="multiply every latency")
-    parser.add_argument("--budget", type=int, default=600)
-    parser.add_argument("--workers", type=int, default=16)
-    parser.add_argument("--train", type=int, default=60)
-    parser.add_argument("--val", type=int, default=30)
-    parser.add_argument("--test", type=int, default=100)
-    parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--landscapes", default="depth,breadth")
+    parser = regime_parser(__doc__, scale=0.2)
     parser.add_argument("--parallel", type=int, default=2, help="runs at once (they mostly sleep)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "curves_w16.json"))
     args = parser.parse_args()

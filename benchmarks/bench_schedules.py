@@ -229,22 +229,28 @@ def summarise(rows: list[dict], args, latency: str) -> list[dict]:
     return table
 
 
-def main() -> None:
+def regime_parser(doc: str, scale: float) -> argparse.ArgumentParser:
+    """The regime's arguments (shared by the benchmarks that run it), with the runs' logs quietened."""
     logging.basicConfig(level=logging.WARNING)
     for noisy in ("dspy", "gepa", "dspy_pxn"):
         logging.getLogger(noisy).setLevel(logging.ERROR)  # every run's per-iteration lines would bury the tables
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--task-latency", type=float, default=0.5, help="T_e in seconds (before --scale)")
-    parser.add_argument("--reflection-ratio", type=float, default=4.0)
-    parser.add_argument("--scale", type=float, default=1.0, help="multiply every latency (0.25: four times quicker)")
+    parser.add_argument("--scale", type=float, default=scale, help="multiply every latency (0.25: four times quicker)")
     parser.add_argument("--budget", type=int, default=600)
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--train", type=int, default=60)
     parser.add_argument("--val", type=int, default=30)
     parser.add_argument("--test", type=int, default=100)
     parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed+seeds-1 (add seeds to a run)")
     parser.add_argument("--landscapes", default="depth,breadth")
+    return parser
+
+
+def main() -> None:
+    parser = regime_parser(__doc__, scale=1.0)
+    parser.add_argument("--reflection-ratio", type=float, default=4.0)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed+seeds-1 (add seeds to a run)")
     parser.add_argument("--latencies", default="fixed,lognormal")
     parser.add_argument("--configs", default=DEFAULT_CONFIGS)
     parser.add_argument("--parallel", type=int, default=2,
