@@ -6,6 +6,8 @@ p99/p50 ≈ 4), every configuration runs once per seed at equal budget on the si
 LM, in this process, with the configured latencies slept in the calling threads (the
 same waits as the latency server, without HTTP between). Rows, side by side in one run:
 
+    dspy.GEPA                          upstream with its defaults (crossover on)
+    BatchedGEPA                        the same call with only the class name changed (its defaults)
     dspy.GEPA 1x1                      upstream, merge off
     dspy.GEPA+PxNSampling 4x4          upstream with gepa's own P×N sampling
     steps 4x4 all | best | merge | merge+best     BatchedGEPA, schedule="steps"
@@ -17,9 +19,9 @@ candidate's chain of parents back to the seed; a generation's critical path is 2
 validation's waves (3·T_e + T_r where |val| ≤ W), plus T_r for a merge, so no schedule has that
 candidate sooner; under lognormal call times the floor is at the mean call time and each wait of the
 path is its expected value), G best and G reached (means: the best candidate's generations, what the
-quality needed, and the deepest candidate's), speedup vs
-dspy.GEPA 1×1's mean wall, planned (what ``dspy-pxn plan`` predicts for the setting, from the
-configured latencies, their spread and the planner's assumed acceptance, without a fitted run, and
+quality needed, and the deepest candidate's), speedup vs dspy.GEPA's mean wall (its defaults, or 1×1
+with the crossover off), planned (what ``dspy-pxn plan`` predicts for the setting, from the configured
+latencies, their spread and the planner's assumed acceptance, without a fitted run, and
 its error against the measured wall), metric calls / B (max over seeds), held-out mean ± spread
 (sample standard deviation) and the per-seed test scores. Everything is also written to
 benchmarks/results/schedules.json.
@@ -28,6 +30,7 @@ benchmarks/results/schedules.json.
     python benchmarks/bench_schedules.py --scale 0.25 --seeds 3           # quicker, same shape
     python benchmarks/bench_schedules.py --workers 64 --budget 3000 --val 150 --configs ...   # the wide regime
     python benchmarks/bench_schedules.py --server --parallel 1 --latencies fixed --configs ...  # over HTTP, on DSPy's default engine
+    python benchmarks/bench_schedules.py --configs "dspy.GEPA,BatchedGEPA" --out benchmarks/results/class_swap.json
 """
 
 from __future__ import annotations
@@ -54,6 +57,10 @@ from dspy_pxn.planning import RuntimeModel
 from dspy_pxn.planning.spread import batch_seconds, mean_factor, sigma_of, slowest_factor
 from dspy_pxn.width import auto_width
 
+# A dspy.GEPA call with only the class name changed runs BatchedGEPA's defaults: at W = 16, B = 600 and
+# |val| = 30, p="auto" comes to 15 proposals in flight, async, with the sibling merge (and the crossover).
+CLASS_SWAP = {"BatchedGEPA": "async auto merge"}
+
 # p99/p50 of each latency model's call times (dspy_pxn.testing.latency); the planner has no straggler model.
 P99_RATIOS = {"fixed": 1.0, "lognormal": 4.0}
 
@@ -74,8 +81,13 @@ def lm(args, landscape: str, latency: str, seed: int, kind: str) -> sim.Simulate
 
 
 def optimizer(config: str, args, reflection_lm: dspy.BaseLM, seed: int, pool=None) -> dspy.Teleprompter:
-    common = dict(metric=sim.metric, max_metric_calls=args.budget, reflection_lm=reflection_lm,
-                  num_threads=args.workers, use_merge=False, seed=seed)
+    swapped = dict(metric=sim.metric, max_metric_calls=args.budget, reflection_lm=reflection_lm,
+                   num_threads=args.workers, seed=seed)
+    if config == "dspy.GEPA":  # every other argument at dspy.GEPA's default (use_merge=True)
+        return dspy.GEPA(**swapped, track_stats=True)
+    if config == "BatchedGEPA":  # the same call, the class name changed
+        return BatchedGEPA(**swapped)
+    common = {**swapped, "use_merge": False}
     if config == "dspy.GEPA 1x1":
         return dspy.GEPA(**common, track_stats=True)
     if config.startswith("dspy.GEPA+PxNSampling"):
@@ -178,6 +190,7 @@ def critical_path_s(config: str, args, latency: str = "fixed") -> float:
     plus a merge's reflection where the selection merges. Under
     lognormal call times each wait is its expected value: the slowest of m calls for a screening, the
     slowest of the validation's last wave, a reflection's mean (``dspy_pxn.planning.spread``)."""
+    config = CLASS_SWAP.get(config, config)
     task_s = args.task_latency * args.scale
     reflection_s = args.reflection_ratio * task_s
     sigma = sigma_of(P99_RATIOS.get(latency, 1.0))
@@ -195,7 +208,7 @@ def limit_floor_s(args, latency: str) -> float:
 
 def planned_s(config: str, args, latency: str) -> float | None:
     """The planner's wall for a BatchedGEPA config, as ``dspy-pxn plan`` would predict it before the run."""
-    words = config.split()
+    words = CLASS_SWAP.get(config, config).split()
     if words[0] not in ("steps", "async") or latency not in P99_RATIOS:
         return None
     task_s = args.task_latency * args.scale
@@ -213,7 +226,7 @@ def summarise(rows: list[dict], args, latency: str) -> list[dict]:
     for config in args.configs.split(","):
         mine = [r for r in rows if r["config"] == config]
         wall = statistics.mean(r["wall_s"] for r in mine)
-        baseline = baseline or (wall if config == "dspy.GEPA 1x1" else None)
+        baseline = baseline or (wall if config in ("dspy.GEPA", "dspy.GEPA 1x1") else None)
         tests = [r["test"] for r in mine]
         generations = statistics.mean(r["generations"] for r in mine)
         # The generations the run reached: its deepest candidate, which the run could not have had sooner.

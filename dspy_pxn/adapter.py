@@ -18,6 +18,7 @@ datasets, feedback) while replacing *how* rollouts are scheduled:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -33,7 +34,7 @@ from gepa.strategies.proposal_sampling import ProposalTask
 from dspy_pxn.events import Phase, StepEvents, StepListener, override
 from dspy_pxn.pools import WorkerPool
 from dspy_pxn.resume import CHECKPOINT_KEY, RunCheckpoint
-from dspy_pxn.rollout import CandidateRollouts, RolloutResult, candidate_key, metric_fails_everywhere
+from dspy_pxn.rollout import CandidateRollouts, RolloutResult, candidate_key, check_seed_validation
 
 logger = logging.getLogger(__name__)
 
@@ -53,19 +54,22 @@ class BatchedAdapter(DspyAdapter, StepListener):
         self._lock = threading.Lock()
         # Strategy state saved with gepa's own state file (dspy_pxn.resume); None: nothing to save.
         self.checkpoint: RunCheckpoint | None = None
-        # The run's first evaluation (the seed on the valset) shows whether the metric works at all.
+        # The run's first evaluation (the seed on the valset) shows whether the program and metric work at all.
         self._first_evaluation_checked = False
+        self._evaluations = itertools.count()  # each evaluation builds its own program, as dspy.GEPA's does
         self.rollouts = self._rollout_function()
 
     # Driver-only state: a remote pool ships the adapter (student, metric, proposers) without it.
-    _DRIVER_ONLY = ("pool", "events", "_lock", "_replays", "_traced_batches", "_step_phase", "checkpoint", "rollouts")
+    _DRIVER_ONLY = ("pool", "events", "_lock", "_replays", "_traced_batches", "_step_phase", "checkpoint", "rollouts",
+                    "_evaluations")
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k not in self._DRIVER_ONLY}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, pool=None, events=StepEvents(), _lock=threading.Lock(), _replays={},
-                             _traced_batches=set(), _step_phase="validation", checkpoint=None)
+                             _traced_batches=set(), _step_phase="validation", checkpoint=None,
+                             _evaluations=itertools.count())
         self.rollouts = self._rollout_function()
 
     def _rollout_function(self) -> CandidateRollouts:
@@ -148,17 +152,19 @@ class BatchedAdapter(DspyAdapter, StepListener):
             fresh = iter(self._evaluate_many([job for job, r in zip(jobs, replayed, strict=True) if r is None], phase))
             return [r if r is not None else next(fresh) for r in replayed]
         start = time.perf_counter()
-        buildable = [self._builds(candidate) for candidate, _, _ in jobs]
+        evaluation_ids = [next(self._evaluations) for _ in jobs]
+        buildable = [self._builds(candidate, evaluation)
+                     for (candidate, _, _), evaluation in zip(jobs, evaluation_ids, strict=True)]
         tasks = [
-            (candidate, example, capture)
-            for builds, (candidate, batch, capture) in zip(buildable, jobs, strict=True)
+            (candidate, example, capture, evaluation)
+            for builds, evaluation, (candidate, batch, capture) in zip(buildable, evaluation_ids, jobs, strict=True)
             if builds
             for example in batch
         ]
         results = self.pool.map(self.rollouts, tasks)
         if not self._first_evaluation_checked:
             self._first_evaluation_checked = True
-            metric_fails_everywhere(results, self.metric_fn)
+            check_seed_validation(results, [example for _, example, _, _ in tasks], self.metric_fn)
         failures = sum(1 for r in results if r.error is not None)
         scored = len(tasks)  # an example of a candidate that cannot be built is scored too: failure_score
         remaining = iter(results)
@@ -173,11 +179,11 @@ class BatchedAdapter(DspyAdapter, StepListener):
         self.events.evaluated(phase, time.perf_counter() - start, scored, failures)
         return evaluations
 
-    def _builds(self, candidate: dict[str, str]) -> bool:
-        """Build (once) the candidate's program here, where a candidate that cannot be built is
-        scored as failures without a rollout; the pool's workers then use or rebuild it."""
+    def _builds(self, candidate: dict[str, str], evaluation: int) -> bool:
+        """Build the evaluation's program here, where a candidate that cannot be built is scored as
+        failures without a rollout; the pool's workers then use it (or, remote, build their own)."""
         try:
-            self.rollouts.program(candidate)
+            self.rollouts.program(candidate, evaluation)
         except (SyntaxError, CodeInterpreterError) as error:
             logger.warning("Candidate failed to build (%s); scoring its batch as failures.", error)
             return False

@@ -1,21 +1,30 @@
 """Argument checks that run before any LM call, each naming the argument and the fix.
 
 dspy.GEPA reports most of these as bare ``AssertionError``s, or not at all (a metric
-that cannot be called with three arguments silently scores every example 0).
+that cannot be called with three arguments silently scores every example 0). No check
+refuses what dspy.GEPA runs: a check that cannot be sure warns and lets the run go on;
+only input that would fail under dspy.GEPA too fails here, early.
 
 Bad input, decided per case (tests/reliability/test_bad_input.py):
 
 ==========================================  =================================================
 metric raises on an example                 per rollout: warning names the example and the
                                             error; scored failure_score; no trajectory
+metric returns a real number (a float,      kept, converted to a float once (numpy scalars
+int, bool, np.float32, np.bool_, ...)       such as np.isclose's np.bool_ too)
 metric returns None / NaN / inf / a string  per rollout: warning names the example and the
 (or a Prediction whose .score is one)       value; scored failure_score (gepa would crash on
                                             a string, or carry NaN into every aggregate)
 metric returns a finite score outside       kept (other reward scales are legitimate); one
 [0, 1] (bools are numbers)                  warning per metric to set perfect_score
 program raises on some inputs               per rollout: warning names the example and error
-examples missing the program's inputs       ValueError up front naming set[index], the
-                                            missing fields and ``.with_inputs(...)``
+program raises on nearly every seed         the program's own exception, after the seed's
+validation example                          validation, naming the example and where
+examples missing what ``forward`` names     ValueError up front naming set[index], the
+(a forward without ``**kwargs``)            missing fields and ``.with_inputs(...)``
+examples missing a Predict's input fields   one warning (DSPy's Predict warns and runs too)
+a budget too small for one step             one warning naming the smallest budget that buys
+                                            one; the run validates the seed and returns it
 track_best_outputs with log_dir (program    gepa's state is saved with cloudpickle (plain
 outputs in gepa's pickled state)            pickle fails on dspy.Predictions); ValueError up
                                             front when cloudpickle is missing
@@ -29,6 +38,7 @@ import importlib.util
 import inspect
 import logging
 import math
+import numbers
 import os
 import weakref
 from collections.abc import Callable, Sequence
@@ -113,16 +123,29 @@ def program(student: Any, components: Sequence[str]) -> None:
         )
 
 
+class BudgetBuysNoValidation(Exception):
+    """The budget cannot pay for the seed's validation: the compile returns the program unchanged."""
+
+
 def budget_buys_one_step(max_metric_calls: int, valset_size: int, minibatch_size: int, smallest: int) -> None:
-    """A budget that cannot pay for one step would validate the seed and return it unchanged."""
+    """Say so when the budget cannot pay for one step (dspy.GEPA then overspends it to make one).
+
+    The run still runs, never over budget: it validates the seed and returns it; a budget that cannot
+    pay even for that validation returns the program unchanged, with no LM call.
+    """
+    if max_metric_calls < valset_size:
+        raise BudgetBuysNoValidation(
+            f"A budget of {max_metric_calls} metric calls cannot pay for the seed's validation ({valset_size} "
+            f"calls, |valset|): the program is returned unchanged, with no LM call and no detailed_results. The "
+            f"smallest budget that buys one optimization step is {smallest}.")
     if max_metric_calls < smallest:
-        raise ValueError(
-            f"A budget of {max_metric_calls} metric calls cannot pay for one optimization step: the seed's "
-            f"validation costs {valset_size} (|valset|), and one proposal costs {2 * minibatch_size} to screen "
-            f"(parent and child on reflection_minibatch_size={minibatch_size} examples) plus {valset_size} to "
-            f"validate. The smallest budget that buys one step is {smallest}: raise max_metric_calls to at least "
-            f"{smallest}, or use a smaller valset or reflection_minibatch_size."
-        )
+        logger.warning(
+            "A budget of %d metric calls cannot pay for one optimization step: the seed's validation costs %d "
+            "(|valset|), and one proposal costs %d to screen (parent and child on reflection_minibatch_size=%d "
+            "examples) plus %d to validate. The run validates the seed and returns it, never over budget "
+            "(dspy.GEPA would overspend it to make one step). The smallest budget that buys one step is %d: raise "
+            "max_metric_calls to at least %d, or use a smaller valset or reflection_minibatch_size.",
+            max_metric_calls, valset_size, 2 * minibatch_size, minibatch_size, valset_size, smallest, smallest)
 
 
 # ----------------------------------------------------------------------------- bad input (see the module docstring)
@@ -165,74 +188,105 @@ def score_of(outcome: Any) -> Any:
     return outcome["score"] if hasattr(outcome, "score") else outcome
 
 
-def metric_score_problem(outcome: Any, metric: Any = None) -> str | None:
-    """Why a metric's return value cannot be a GEPA score, or None when it can.
+def real_number(value: Any) -> float | None:
+    """``value`` as a float when it is a real number, else None.
 
-    Accepted: a real number or bool, or an object with ``.score`` (dspy.Prediction(score=...,
-    feedback=...)) holding one. Refused: None, NaN/inf, strings and other types — gepa would
-    add them up deep in its state (a string) or carry NaN into every aggregate.
+    Real numbers are what dspy.GEPA adds up: Python's (``numbers.Real``, bools) and the scalars
+    of array libraries (``np.float32``, ``np.int64``, ``np.bool_`` from ``np.isclose``, a 0-d
+    array or tensor), which convert with ``float()``. Text never does, even when it would parse.
     """
-    score = score_of(outcome)
-    hint = "return a float, or dspy.Prediction(score=<float>, feedback=<str>)"
-    if score is None:
-        return f"returned no score (None); {hint}"
-    if isinstance(score, bool):
+    if isinstance(value, (bool, numbers.Real)):
+        return float(value)
+    if value is None or isinstance(value, (str, bytes, complex)) or getattr(value, "shape", ()) != ():
         return None
-    if not isinstance(score, (int, float)):
-        return f"returned {type(score).__name__} {score!r:.60} instead of a number; {hint}"
+    try:
+        return float(value)
+    except (TypeError, ValueError, ArithmeticError):
+        return None
+
+
+def scored(outcome: Any, metric: Any = None) -> tuple[Any, str | None]:
+    """A metric's return value with its score converted to a float once, and None; or why it has no score.
+
+    Accepted: a real number (``real_number``), or an object with ``.score`` (dspy.Prediction(score=...,
+    feedback=...)) holding one, which keeps its feedback and objective scores. Refused (the rollout
+    then scores ``failure_score``): None, NaN/inf, text and other types: gepa would add them up deep in
+    its state (text) or carry NaN into every aggregate.
+    """
+    raw = score_of(outcome)
+    hint = "return a float, or dspy.Prediction(score=<float>, feedback=<str>)"
+    if raw is None:
+        return None, f"returned no score (None); {hint}"
+    score = real_number(raw)
+    if score is None:
+        return None, f"returned {type(raw).__name__} {raw!r:.60} instead of a number; {hint}"
     if not math.isfinite(score):
-        return f"returned {score!r}, not a finite number; {hint}"
+        return None, f"returned {raw!r}, not a finite number; {hint}"
     if not 0.0 <= score <= 1.0 and id(metric) not in _warned_out_of_range:
         _warned_out_of_range.add(id(metric))
         logger.warning(
             "Metric returned %r, outside [0, 1]: kept as is (once per metric). skip_perfect_score compares "
             "scores to perfect_score (default 1.0); set perfect_score to your metric's maximum.", score,
         )
-    return None
+    if not hasattr(outcome, "score"):
+        return score, None
+    try:
+        outcome["score"] = score
+    except TypeError:  # a read-only score holder: its score was checked, gepa adds it up as it is
+        pass
+    return outcome, None
 
 
 def examples_match_program(student: Any, **datasets: Sequence[Any]) -> None:
-    """Every example provides the inputs the program's forward needs (checked before any LM call).
+    """Every example gives the program's ``forward`` what it names (checked before any LM call).
 
-    A module whose ``forward`` names its parameters is checked by binding the example's inputs;
-    a Predict/ChainOfThought (``forward(**kwargs)``) by its signature's input fields.
+    Only what dspy.GEPA would fail on too is refused: a ``forward`` that names its parameters
+    (no ``**kwargs``) is called with each example's inputs, so an example that cannot bind to it
+    fails every rollout. A ``forward`` that takes ``**kwargs`` (a program that renames its inputs,
+    a decorator without ``functools.wraps``) or whose signature cannot be read is not guessed at.
+    A student that is itself one of DSPy's predictors reads its signature's input fields, and
+    DSPy's ``Predict`` warns and runs without one: so does this check.
     """
-    required, bind = _program_inputs(student)
+    forward, warned = _forward_signature(student), False
     for name, examples in datasets.items():
         for index, example in enumerate(examples or ()):
             inputs = dict(example.inputs())
-            problem = None
-            if bind is not None:
+            if forward is not None:
                 try:
-                    bind(**inputs)
+                    forward.bind(**inputs)
                 except TypeError as error:
-                    problem = str(error)
-            elif required:
-                missing = sorted(set(required) - set(inputs))
-                if missing:
-                    problem = f"missing input field(s) {missing}"
-            if problem is not None:
-                raise ValueError(
-                    f"{name}[{index}] does not match the program's inputs ({problem}): it declares inputs "
-                    f"{sorted(inputs)}; the program needs {sorted(required) if required else 'other arguments'}. "
-                    "Build examples with dspy.Example(...).with_inputs(<the program's input fields>)."
-                )
+                    raise ValueError(
+                        f"{name}[{index}] does not match the program's forward{forward} ({error}): it declares "
+                        f"inputs {sorted(inputs)}. Build examples with dspy.Example(...).with_inputs(<the names "
+                        "forward takes>)."
+                    ) from None
+            elif not warned and (missing := _missing_predictor_inputs(student, inputs)):
+                warned = True
+                logger.warning("%s[%d] declares inputs %s, without %s that %s's signature reads; the run goes on "
+                               "as DSPy's Predict does (it warns and leaves them out of the prompt). Build examples "
+                               "with dspy.Example(...).with_inputs(...) naming them.", name, index, sorted(inputs),
+                               missing, type(student).__name__)
 
 
-def _program_inputs(student: Any) -> tuple[list[str], Callable[..., Any] | None]:
+def _forward_signature(student: Any) -> inspect.Signature | None:
+    """``forward``'s signature when it names every parameter it takes; None when it takes ``**kwargs``
+    or cannot be read."""
     try:
         # object.__getattribute__: DSPy warns on any `module.forward` access outside __call__.
         signature = inspect.signature(object.__getattribute__(student, "forward"))
-    except (TypeError, ValueError):
-        return [], None
-    params = list(signature.parameters.values())
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        names = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-        return names, signature.bind
-    predictors = student.named_predictors()
-    if len(predictors) == 1:  # Predict, ChainOfThought, ...: the inputs are the signature's
-        return list(predictors[0][1].signature.input_fields), None
-    return [], None
+    except (AttributeError, TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values()):
+        return None
+    return signature
+
+
+def _missing_predictor_inputs(student: Any, inputs: dict[str, Any]) -> list[str]:
+    """The input fields a student that is itself a DSPy predictor reads and the example lacks."""
+    predictor = student if isinstance(student, dspy.Predict) else getattr(student, "predict", None)
+    if not isinstance(student, (dspy.Predict, dspy.ChainOfThought)) or not isinstance(predictor, dspy.Predict):
+        return []
+    return sorted(set(predictor.signature.input_fields) - set(inputs))
 
 
 def wandb_installed() -> None:
@@ -279,14 +333,17 @@ def saved_state_serializable(log_dir: str | None, track_best_outputs: bool, gepa
     gepa_kwargs["use_cloudpickle"] = True
 
 
-def schedule(schedule: str, *, use_merge: bool, use_wandb: bool, loop_only: Sequence[str] = ()) -> str:
+def loop_only_gepa_kwargs(gepa_kwargs: dict[str, Any]) -> list[str]:
+    """The gepa_kwargs only gepa's step loop reads (the asynchronous schedule reads ``use_cloudpickle`` and
+    ``merge_val_overlap_floor`` too)."""
+    return sorted(set(gepa_kwargs) - {"use_cloudpickle", "merge_val_overlap_floor"})
+
+
+def schedule(schedule: str, *, use_wandb: bool, loop_only: Sequence[str] = ()) -> str:
     """'steps' (gepa's loop, one P×N step at a time) or 'async' (P·N proposals always in flight)."""
     if schedule not in ("steps", "async"):
         raise ValueError(f"schedule={schedule!r} is not understood: use 'steps' (gepa's step loop) or 'async' "
                          "(P·N proposals always in flight, no step barrier).")
-    if schedule == "async" and use_merge:
-        raise ValueError("use_merge=True (gepa's crossover merge) runs inside gepa's step loop: with schedule='async' "
-                         "use selection='merge' (the improving children merged into one candidate) instead.")
     if schedule == "async" and loop_only:
         raise ValueError(f"gepa_kwargs {list(loop_only)} are read by gepa's step loop, which schedule='async' does "
                          "not run: use schedule='steps' with them, or drop them.")

@@ -19,9 +19,9 @@ from typing import Any
 import dspy
 from dspy.teleprompt.gepa import instruction_proposal
 from dspy.teleprompt.gepa.gepa_utils import DspyAdapter
-from dspy.utils.callback import BaseCallback
 from gepa.proposer.reflective_mutation.reflection_lm import ReflectionJob, ReflectionProposal
 
+from dspy_pxn.ledger import feed
 from dspy_pxn.ledger.ledger import REFLECTING
 from dspy_pxn.events import StepEvents
 from dspy_pxn.pools import WorkerPool
@@ -81,40 +81,26 @@ class ReflectionCall:
         self.adapter = adapter
 
     def __call__(self, job_and_lm: tuple[ReflectionJob, dspy.BaseLM | None]) -> ReflectionProposal:
+        """The job's proposal, under DSPy's own context for it (``lm``; the callbacks as they are), with the
+        reflection LM's raw replies (what gepa's trackers show as ``raw_lm_outputs``)."""
         (candidate, reflective_dataset, components), lm = job_and_lm
-        replies = ReflectionReplies()
         adapter = copy.copy(self.adapter)  # this job's reflection LM (DSPy 3.4.0's proposer reads it from the adapter)
         adapter.reflection_lm = lm
         try:
-            with dspy.context(lm=lm, callbacks=[*(dspy.settings.callbacks or []), replies], **{REFLECTING: True}):
+            with dspy.context(lm=lm, **{REFLECTING: True}), feed.hearing_replies() as replies:
                 new_texts = DspyAdapter.propose_new_texts(adapter, candidate, reflective_dataset, components)
         except Exception as error:  # noqa: BLE001 - one failed reflection drops one proposal
             return ReflectionProposal(new_texts={}, metadata={"reflection_error": f"{type(error).__name__}: {error}"})
         feedback = {component: feedback_text(reflective_dataset, component) for component in new_texts}
-        return ReflectionProposal(new_texts=new_texts, raw_lm_outputs=replies.by_component(list(new_texts)),
+        return ReflectionProposal(new_texts=new_texts, raw_lm_outputs=by_component(replies, list(new_texts)),
                                   metadata={FEEDBACK_KEY: feedback})
 
 
-class ReflectionReplies(BaseCallback):
-    """The reflection LM's raw replies in one job (what gepa's trackers show as ``raw_lm_outputs``).
-
-    dspy's proposer keeps only the instruction it parsed from a reply; a DSPy callback on the
-    job's own context hears the replies themselves, and nothing of other jobs.
-    """
-
-    def __init__(self) -> None:
-        self.replies: list[str] = []
-
-    def on_lm_end(self, call_id: str, outputs: dict[str, Any] | None, exception: Exception | None = None) -> None:
-        if exception is None and outputs:
-            first = outputs[0] if isinstance(outputs, list) else outputs
-            self.replies.append(str(first.get("text", first) if isinstance(first, dict) else first))
-
-    def by_component(self, components: list[str]) -> dict[str, str]:
-        """One reply per rewritten component (dspy's proposer asks once per component, in order)."""
-        if len(self.replies) == len(components):
-            return dict(zip(components, self.replies, strict=True))
-        return {component: "\n\n".join(self.replies) for component in components}
+def by_component(replies: list[str], components: list[str]) -> dict[str, str]:
+    """One reply per rewritten component (dspy's proposer asks once per component, in order)."""
+    if len(replies) == len(components):
+        return dict(zip(components, replies, strict=True))
+    return {component: "\n\n".join(replies) for component in components}
 
 
 class PooledReflection:

@@ -24,7 +24,6 @@ from typing import Any
 
 from gepa.core.state import GEPAState
 
-from dspy_pxn.ledger.budget import BudgetGuard
 from dspy_pxn.strategies import SequentialMinibatchSampler
 
 logger = logging.getLogger(__name__)
@@ -86,12 +85,11 @@ class RunCheckpoint:
     """The strategies' state, saved and restored through gepa's adapter-state hook."""
 
     def __init__(self, settings: dict[str, Any], sampler: SequentialMinibatchSampler, rng: random.Random,
-                 dollars_spent: Callable[[], tuple[float, float]], guard: BudgetGuard):
+                 dollars_spent: Callable[[], tuple[float, float]]):
         self.settings = settings
         self.sampler = sampler
-        self.rng = rng
+        self.rng = rng  # the generator parents, minibatches and crossovers draw from (the step loop: gepa's)
         self.dollars_spent = dollars_spent  # in all and on reflection, this run's and the runs it resumed
-        self.guard = guard  # its count of proposals started, which auto's stated number bounds
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -103,7 +101,6 @@ class RunCheckpoint:
             "sampler_id_freqs": dict(self.sampler.id_freqs),
             "rng": self.rng.getstate(),
             **dict(zip(("spent_usd", "reflection_spent_usd"), self.dollars_spent(), strict=True)),
-            "proposals_started": self.guard.proposals_started,
         }
 
     def restore(self, saved: dict[str, Any]) -> None:
@@ -113,4 +110,3 @@ class RunCheckpoint:
         self.sampler.last_trainset_size = saved["sampler_last_trainset_size"]
         self.sampler.id_freqs = Counter(saved["sampler_id_freqs"])
         self.rng.setstate(saved["rng"])
-        self.guard.proposals_started = saved.get("proposals_started", 0)

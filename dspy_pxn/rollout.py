@@ -9,6 +9,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
+import os
+import pickle
+import sysconfig
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,12 +34,34 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class RolloutResult:
-    """One example's outcome. ``trace`` is None when traces were not requested or the program raised."""
+    """One example's outcome. ``trace`` is None when traces were not requested or the program raised.
+
+    ``error`` says what failed (the program, or the metric: it then starts with ``METRIC_PROBLEM``);
+    ``raised`` is the program's own exception and ``where`` the line it was raised at, for a run whose
+    seed program raises nearly everywhere (``check_seed_validation``). A result that travels from a
+    remote pool leaves behind an exception that would not survive the trip (its ``where`` stays).
+    """
 
     prediction: Any
     score: Any
     trace: list | None
     error: str | None = None
+    raised: BaseException | None = None
+    where: str | None = None
+
+    @property
+    def program_raised(self) -> bool:
+        """The program itself raised (not the metric, not a reply the adapter could not parse)."""
+        return self.where is not None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        if state["raised"] is not None:
+            try:  # a user's exception class may not unpickle (an __init__ with other arguments)
+                pickle.loads(pickle.dumps(state["raised"]))
+            except Exception:  # noqa: BLE001 - then only its description travels
+                state["raised"] = None
+        return state
 
 
 def run_rollout(
@@ -47,54 +74,81 @@ def run_rollout(
 ) -> RolloutResult:
     """Run the program on one example and score it, turning every failure into a score.
 
-    Mirrors what dspy's ``Evaluate``/``bootstrap_trace_data`` make of a failure so
-    that gepa sees the same numbers as under dspy.GEPA: a parse failure becomes a
-    ``FailedPrediction`` in the trace (reflection shows the raw completion), any
-    other exception scores ``failure_score`` and leaves no trajectory.
+    The program runs as under ``dspy.Evaluate`` and dspy.GEPA: the trace is a list (modules such as
+    ``dspy.BestOfN`` and ``dspy.Refine`` extend it), a fresh one per rollout, kept only when
+    reflection reads it. The metric's ``trace`` is None, as dspy.GEPA's evaluators call it, traced
+    or not (``Evaluate`` passes none, ``bootstrap_trace_data`` none of its own); reflection's feedback
+    calls get the trace (``metrics.feedback_function``).
+    A parse failure becomes a ``FailedPrediction`` in the trace (reflection shows the raw completion),
+    any other exception scores ``failure_score`` and leaves no trajectory. Every score is a float.
 
     A program with ``dspy.Flex`` code components (``code_components``) is scored as
     dspy.GEPA scores it (``gepa_flex_utils.evaluate_with_trace``): the execution trace is
-    always captured and handed to a metric that declares ``program_trace``, its ``trace``
-    stays None, and a crash becomes a trajectory, so the code proposer reads what broke.
+    always handed to a metric that declares ``program_trace``, its ``trace`` stays None,
+    and a crash becomes a trajectory, so the code proposer reads what broke.
     """
-    trace_wanted = capture_trace or code_components
-    with dspy.context(trace=[] if trace_wanted else None):
+    keep_trace = capture_trace or code_components
+    with dspy.context(trace=[]):
         try:
             prediction = call_program(program, example.inputs())
         except AdapterParseError as error:
-            if not trace_wanted:
-                return RolloutResult(Prediction(), failure_score, None, f"{type(error).__name__}: {error}")
+            described = f"{type(error).__name__}: {error}"
+            if not keep_trace:
+                return RolloutResult(Prediction(), failure_score, None, described)
             trace = list(dspy.settings.trace)
             predictor = next((p for p in program.predictors() if p.signature == error.signature), None)
             failed = FailedPrediction(completion_text=error.lm_response, format_reward=failure_score)
             if predictor is not None:
                 trace.append((predictor, example.inputs().toDict(), failed))
-            return RolloutResult(failed, failure_score, trace if capture_trace else None, f"{type(error).__name__}: {error}")
+            return RolloutResult(failed, failure_score, trace if capture_trace else None, described)
         except Exception as error:  # noqa: BLE001 - a rollout failure is a score, not a crash
             logger.warning("Program raised on an example (%s); scoring it %s: %s: %s",
                            checks.describe_example(example), failure_score, type(error).__name__, error)
-            described = f"{type(error).__name__}: {error}"
+            described, where = f"{type(error).__name__}: {error}", raised_at(error)
             if code_components and capture_trace:
                 return RolloutResult(FailedPrediction(completion_text=described), failure_score,
-                                     list(dspy.settings.trace), described)
-            return RolloutResult(None if capture_trace else Prediction(), failure_score, None, described)
-        trace = list(dspy.settings.trace) if trace_wanted else None
+                                     list(dspy.settings.trace), described, error, where)
+            return RolloutResult(None if capture_trace else Prediction(), failure_score, None, described, error, where)
+        trace = list(dspy.settings.trace) if keep_trace else None
     try:
         if code_components:
-            score = metric(example, prediction, **_metric_scoring_kwargs(metric, trace))
+            outcome = metric(example, prediction, **_metric_scoring_kwargs(metric, trace))
         else:
-            score = metric(example, prediction, trace)
+            outcome = metric(example, prediction, None)  # as dspy.GEPA's evaluators call it, traced or not
     except Exception as error:  # noqa: BLE001
         checks.warn_once_per_metric(metric, "raised", "Metric raised on an example (%s); scoring it %s: %s: %s",
                                     checks.describe_example(example), failure_score, type(error).__name__, error)
         # No trajectory: reflection would call the metric on it again, for feedback.
         return RolloutResult(prediction, failure_score, None, f"{METRIC_PROBLEM}{type(error).__name__}: {error}")
-    problem = checks.metric_score_problem(score, metric)
+    score, problem = checks.scored(outcome, metric)
     if problem is not None:
         checks.warn_once_per_metric(metric, "score", "Metric %s on an example (%s); scoring it %s.",
                                     problem, checks.describe_example(example), failure_score)
         return RolloutResult(prediction, failure_score, None, f"{METRIC_PROBLEM}{problem}")
     return RolloutResult(prediction, score, trace if capture_trace else None)
+
+
+def raised_at(error: BaseException) -> str:
+    """Where an exception was raised: the innermost line of the user's own code on its way (a library raises
+    on behalf of the line that called it), and the line that raised it when that is a library's."""
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return "an unknown place"
+    own = next((frame for frame in reversed(frames) if not _library(frame.filename)), None)
+    last = frames[-1]
+    where = f"{last.filename}:{last.lineno} in {last.name}"
+    if own is None or own is last:
+        return where
+    return f"{own.filename}:{own.lineno} in {own.name} (raised in {where})"
+
+
+_LIBRARIES = tuple({os.path.dirname(os.path.abspath(__file__)), *(
+    sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib", "purelib", "platlib"))})
+
+
+def _library(filename: str) -> bool:
+    """Python's, an installed package's or dspy-pxn's own file: not the code of the program being optimized."""
+    return os.path.abspath(filename).startswith(_LIBRARIES) or filename.startswith("<")
 
 
 def candidate_key(candidate: dict[str, str]) -> str:
@@ -104,18 +158,21 @@ def candidate_key(candidate: dict[str, str]) -> str:
 
 # RolloutResult.error starts with this when the metric, not the program, failed.
 METRIC_PROBLEM = "metric "
-# Built programs a rollout function keeps, per process (the candidates a run's recent steps evaluate).
+# Built programs a rollout function keeps, per process (the evaluations in flight, and recent ones).
 PROGRAMS_KEPT = 128
+
+# One rollout task: (candidate, example, capture the trace, the evaluation it belongs to).
+RolloutTask = tuple[dict[str, str], Example, bool, int]
 
 
 class CandidateRollouts:
-    """The pool's rollout function: a (candidate, example, capture-trace) task, run and scored.
+    """The pool's rollout function: a (candidate, example, capture-trace, evaluation) task, run and scored.
 
     A task names its candidate (a few strings), not a built program: a remote pool then ships
-    this object once per run rather than a program per batch, and every process builds each
-    candidate once rather than once per evaluation (building deep-copies the student and makes
-    a new signature class per predictor). Built programs are shared by the rollouts of their
-    candidate, as dspy's ``Evaluate`` shares one program across its threads.
+    this object once per run rather than a program per batch. Each *evaluation* (one candidate
+    on one batch of examples) gets its own program, shared by that evaluation's rollouts, as
+    dspy.GEPA builds one program per ``DspyAdapter.evaluate`` and ``dspy.Evaluate`` shares it
+    across its threads: a program that keeps state between calls sees what it sees under dspy.GEPA.
     """
 
     def __init__(
@@ -131,13 +188,13 @@ class CandidateRollouts:
         self.code_components = code_components
         self._programs: LruMemo[dspy.Module] = LruMemo(PROGRAMS_KEPT)
 
-    def program(self, candidate: dict[str, str]) -> dspy.Module:
-        """The candidate's program, built on first use; a candidate that cannot be built raises."""
-        return self._programs.get(candidate_key(candidate), lambda: self.build(candidate))
+    def program(self, candidate: dict[str, str], evaluation: int) -> dspy.Module:
+        """The evaluation's program, built on first use; a candidate that cannot be built raises."""
+        return self._programs.get((candidate_key(candidate), evaluation), lambda: self.build(candidate))
 
-    def __call__(self, task: tuple[dict[str, str], Example, bool]) -> RolloutResult:
-        candidate, example, capture = task
-        return run_rollout(self.program(candidate), example, self.metric, capture, self.failure_score,
+    def __call__(self, task: RolloutTask) -> RolloutResult:
+        candidate, example, capture, evaluation = task
+        return run_rollout(self.program(candidate, evaluation), example, self.metric, capture, self.failure_score,
                            self.code_components)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -147,21 +204,43 @@ class CandidateRollouts:
         self.__dict__.update(state, _programs=LruMemo(PROGRAMS_KEPT))
 
 
-def metric_fails_everywhere(results: Sequence[RolloutResult], metric: Callable[..., Any]) -> None:
-    """Refuse a metric that gave no usable score on any rollout of the seed's validation.
+# The seed's validation rollouts that must raise (at least this share) for the run to stop with the
+# program's exception: a program that raises nearly everywhere is broken, and no prompt can fix it.
+BROKEN_PROGRAM_SHARE = 0.9
 
-    Such a run would score every candidate ``failure_score`` and optimize nothing while
-    looking busy; the per-rollout warnings would scroll past. The first evaluation of a
-    run is the seed on the whole valset, so this runs once, right after it.
+
+def check_seed_validation(results: Sequence[RolloutResult], examples: Sequence[Example],
+                          metric: Callable[..., Any]) -> None:
+    """Stop a run whose seed validation shows the program or the metric broken, rather than search on.
+
+    Both would score every candidate ``failure_score``, optimize nothing while looking busy, and
+    return the seed as the best program, with only per-rollout warnings scrolling past. The first
+    evaluation of a run is the seed on the whole valset, so this runs once, right after it.
+    Occasional failures are dspy.GEPA's behaviour and stay so: scored as failures, logged.
     """
-    if not results or not all((r.error or "").startswith(METRIC_PROBLEM) for r in results):
+    if not results:
         return
-    name = getattr(metric, "__name__", type(metric).__name__)
-    raise ValueError(
-        f"The metric {name} gave no usable score on any of the seed program's {len(results)} validation "
-        f"examples: {results[0].error.removeprefix(METRIC_PROBLEM)}. Fix the metric so it returns a number "
-        "(or dspy.Prediction(score=<number>, feedback=<text>)) and does not raise, then run again."
-    )
+    raised = [(r, e) for r, e in zip(results, examples, strict=True) if r.program_raised]
+    if len(raised) >= max(1, math.ceil(BROKEN_PROGRAM_SHARE * len(results))):
+        first, example = raised[0]
+        note = (f"The seed program raised on {len(raised)} of the {len(results)} validation examples, so the "
+                f"program is broken, not its prompt: the compile stops here instead of returning the seed as its "
+                f"best. The first: on the example ({checks.describe_example(example)}), {first.error}, raised at "
+                f"{first.where}. Fix the program (run it on one example: program(**example.inputs())), then run "
+                "again.")
+        error = first.raised if first.raised is not None else RuntimeError(first.error)
+        if hasattr(error, "add_note"):
+            error.add_note(note)
+        else:  # Python 3.10: no exception notes
+            logger.error(note)
+        raise error
+    if all((r.error or "").startswith(METRIC_PROBLEM) for r in results):
+        name = getattr(metric, "__name__", type(metric).__name__)
+        raise ValueError(
+            f"The metric {name} gave no usable score on any of the seed program's {len(results)} validation "
+            f"examples: {results[0].error.removeprefix(METRIC_PROBLEM)}. Fix the metric so it returns a number "
+            "(or dspy.Prediction(score=<number>, feedback=<text>)) and does not raise, then run again."
+        )
 
 
 def call_program(program: Any, inputs: dict[str, Any]) -> Any:

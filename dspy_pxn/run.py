@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import dspy
 from dspy.primitives import Example, Module
-from dspy.teleprompt.gepa.gepa import DspyGEPAResult
+from dspy.teleprompt.gepa.gepa import AUTO_RUN_SETTINGS, DspyGEPAResult
 from gepa.core.result import GEPAResult
 from gepa.core.state import GEPAState
 
@@ -32,7 +32,7 @@ from dspy_pxn.events import StepEvents
 from dspy_pxn.holdout import holdout_score
 from dspy_pxn.ledger import caps as caps_gate
 from dspy_pxn.ledger import feed, limiter
-from dspy_pxn.ledger.budget import AutoBudget, BudgetGuard, RunShape
+from dspy_pxn.ledger.budget import BudgetGuard, RunShape
 from dspy_pxn.ledger.caps import RunCaps
 from dspy_pxn.ledger.ledger import RunLedger, Tally, warn_if_answered_from_cache
 from dspy_pxn.ledger.pace import RunPace
@@ -67,12 +67,10 @@ class Run:
     description: RunDescription
     saved_state: GEPAState | None  # the state a resumed run continues, from log_dir
     p: int  # parents per step: the optimizer's p, or what p="auto" came to for this pool, budget and valset
+    schedule: str  # "steps" or "async": the optimizer's, or what its width chose (search_plan)
+    selection: Any  # which improving children are validated: the optimizer's, or what its width chose
     prices: dict[str, Price]  # every reachable LM's price, checked when a dollar cap needs them
     earlier_usd: tuple[float, float]  # dollars (all, reflection) a resumed run had spent before this compile
-
-    @property
-    def schedule(self) -> str:
-        return self.optimizer.schedule
 
     @property
     def n(self) -> int:
@@ -90,24 +88,20 @@ class Run:
             logger.warning("No valset given: using the trainset for validation (scores will be optimistic).")
         valset = checks.dataset("valset", valset) if valset is not None else trainset
         m = optimizer.reflection_minibatch_size
-        auto = auto_budget(optimizer, seed, valset)
-        budget = auto.metric_calls if auto is not None else metric_call_budget(optimizer, trainset, valset)
-        guard = BudgetGuard(budget, len(valset), m, crossover=optimizer.use_merge,
-                            max_proposals=auto.proposals if auto is not None else None)
+        budget = metric_call_budget(optimizer, seed, trainset, valset)
+        guard = BudgetGuard(budget, len(valset), m, crossover=optimizer.use_merge)
         checks.budget_buys_one_step(budget, len(valset), m, guard.smallest_budget())
         checks.examples_match_program(student, trainset=trainset, valset=valset, testset=optimizer.testset)
         checks.writable_dir("log_dir", optimizer.log_dir)
         reflection_lm = resolve_reflection_lm(optimizer)
-        workers = optimizer.num_threads or default_num_threads(optimizer) if owns_pool(optimizer) else (
+        workers = (optimizer.num_threads or dspy.settings.num_threads or 1) if owns_pool(optimizer) else (
             optimizer.pool.num_workers)
         shape = RunShape(workers, budget, len(valset), m)
         p = parents_per_step(optimizer, shape)
-        if optimizer.chosen_for_user:
-            logger.info("P×N = %d×%d: schedule=%r, selection=%r (the defaults above 1×1; pass schedule='steps', "
-                        "selection='all' for the paper's step loop).", p, optimizer.n, optimizer.schedule,
-                        selections.label(optimizer.selection))
+        schedule, selection = search_plan(optimizer, p * optimizer.n)
         code = tuple(components.code_components(student))
-        description = describe(optimizer, p, student, trainset, valset, seed, code, budget, workers, reflection_lm)
+        description = describe(optimizer, p, schedule, selection, student, trainset, valset, seed, code, budget,
+                               workers, reflection_lm)
         saved_state = resume.load_saved_state(optimizer.log_dir)
         if saved_state is not None:
             resume.check_resumable(saved_state, description.resume_settings(), optimizer.log_dir)
@@ -115,7 +109,8 @@ class Run:
         prices = caps_gate.priced_for_caps(optimizer.max_cost_usd, optimizer.max_reflection_cost_usd,
                                            feed.reachable_lms(dspy.settings.lm, reflection_lm, student))
         return cls(optimizer, student, trainset, valset, metric, seed, code, reflection_lm,
-                   shape, guard, description, saved_state, p, prices, resume.saved_dollars(saved_state))
+                   shape, guard, description, saved_state, p, schedule, selection, prices,
+                   resume.saved_dollars(saved_state))
 
     # ------------------------------------------------------------------------------ resources
     @contextmanager
@@ -238,8 +233,7 @@ class Run:
         """Which budget ended the search, said in the log."""
         ended = ledger.stop.budget
         if ended is None:
-            return "auto" if self.guard.max_proposals_total is not None and not self.guard.proposals_left() else (
-                "max_metric_calls")
+            return "auto" if self.optimizer.auto is not None else "max_metric_calls"
         spent = getattr(gepa_result, "total_metric_calls", None)
         dollars = f" (${ledger.spent_usd()[0]:.4f} spent)" if self.prices else ""
         logger.info("%s ended the run%s, after %s of %d metric calls; the best program found is returned.", ended,
@@ -263,25 +257,19 @@ class Live:
 
 
 # ---------------------------------------------------------------------------------- decisions
-def auto_budget(optimizer: BatchedGEPA, seed_candidate: dict[str, str], valset: list[Example]) -> AutoBudget | None:
-    """What ``auto`` comes to for this program, valset, minibatch and P×N, said in the log (dspy's own
-    formula assumes a minibatch of 35 and periodic full evaluations, which neither loop does).
-
-    With no budget at all, ``auto="light"``.
-    """
-    if optimizer.auto is None:
-        return None
-    components, m = max(len(seed_candidate), 1), optimizer.reflection_minibatch_size
-    width = (optimizer.p if optimizer.p != AUTO else 1) * optimizer.n
-    auto = AutoBudget.of(optimizer.auto, components, len(valset), m, width)
-    explained = auto.explained(components, len(valset), m)
-    logger.info(("No budget given: " + explained + " Pass max_metric_calls=... to set one.")
-                if optimizer.budget_by_default else explained)
-    return auto
-
-
-def metric_call_budget(optimizer: BatchedGEPA, trainset: list[Example], valset: list[Example]) -> int:
-    """The budget in metric calls from max_full_evals, as dspy.GEPA computes it, or max_metric_calls."""
+def metric_call_budget(optimizer: BatchedGEPA, seed_candidate: dict[str, str], trainset: list[Example],
+                       valset: list[Example]) -> int:
+    """The budget in metric calls, as dspy.GEPA computes it: ``auto``'s preset for this program and valset
+    (dspy.GEPA's own formula, said in the log), ``max_full_evals`` passes over train + val, or
+    ``max_metric_calls``. With no budget at all, ``auto="light"``."""
+    if optimizer.auto is not None:
+        calls = optimizer.auto_budget(num_preds=max(len(seed_candidate), 1),
+                                      num_candidates=AUTO_RUN_SETTINGS[optimizer.auto]["n"], valset_size=len(valset))
+        explained = (f"auto={optimizer.auto!r}: {calls} metric calls, as dspy.GEPA's auto gives for "
+                     f"{len(seed_candidate)} component(s) and |val|={len(valset)}.")
+        logger.info(("No budget given: " + explained + " Pass max_metric_calls=... to set one.")
+                    if optimizer.budget_by_default else explained)
+        return calls
     if optimizer.max_full_evals is not None:
         return optimizer.max_full_evals * (len(trainset) + len(valset))
     return optimizer.max_metric_calls
@@ -298,14 +286,6 @@ def resolve_reflection_lm(optimizer: BatchedGEPA) -> dspy.BaseLM | None:
     return task_lm
 
 
-def default_num_threads(optimizer: BatchedGEPA) -> int:
-    """Enough workers for one step's screening (P·N·m rollouts), and at least dspy's own setting; with
-    p="auto" the width follows the pool, so the pool is dspy's setting."""
-    if optimizer.p == AUTO:
-        return dspy.settings.num_threads or 1
-    return max(optimizer.p * optimizer.n * optimizer.reflection_minibatch_size, dspy.settings.num_threads or 1)
-
-
 def parents_per_step(optimizer: BatchedGEPA, shape: RunShape) -> int:
     """The optimizer's p, or for p="auto" the parents that fill this pool within what the budget allows."""
     if optimizer.p != AUTO:
@@ -314,6 +294,26 @@ def parents_per_step(optimizer: BatchedGEPA, shape: RunShape) -> int:
     logger.info("p='auto': P×N = %d×%d (%d proposals in flight) for W=%d workers, B=%d metric calls, |val|=%d.",
                 p, optimizer.n, p * optimizer.n, shape.workers, shape.budget, shape.val_size)
     return p
+
+
+def search_plan(optimizer: BatchedGEPA, width: int) -> tuple[str, Any]:
+    """The schedule and selection: the optimizer's, or what its width chooses where it left them open.
+
+    One proposal per step is dspy.GEPA's own loop (``"steps"``, every improving child validated,
+    ``"all"``). Wider, the asynchronous schedule with the sibling merge, measured to keep dspy.GEPA's
+    held-out quality several times sooner (``docs/benchmarks.md``), unless an argument only gepa's
+    step loop reads was given (``use_wandb``, most ``gepa_kwargs``). The run says what it chose.
+    """
+    loop_only = optimizer.use_wandb or bool(checks.loop_only_gepa_kwargs(optimizer.gepa_kwargs))
+    schedule = optimizer.schedule or ("async" if width > 1 and not loop_only else "steps")
+    selection = optimizer.selection if optimizer.selection is not None else ("merge" if width > 1 else "all")
+    chosen = [f"{name}={value!r}" for name, value, given in (
+        ("schedule", schedule, optimizer.schedule), ("selection", selections.label(selection), optimizer.selection))
+        if given is None]
+    if chosen and width > 1:
+        logger.info("P×N = %d×%d: %s (the defaults above one proposal per step; p=1, n=1 is dspy.GEPA's search).",
+                    width // optimizer.n, optimizer.n, ", ".join(chosen))
+    return schedule, selection
 
 
 def owns_pool(optimizer: BatchedGEPA) -> bool:
@@ -330,15 +330,15 @@ def make_pool(pool: str | None, workers: int) -> WorkerPool:
     return ThreadWorkerPool(workers)
 
 
-def describe(optimizer: BatchedGEPA, p: int, student: Module, trainset: list[Example], valset: list[Example],
-             seed_candidate: dict[str, str], code_components: tuple[str, ...], budget: int, workers: int,
-             reflection_lm: Any) -> RunDescription:
+def describe(optimizer: BatchedGEPA, p: int, schedule: str, selection: Any, student: Module, trainset: list[Example],
+             valset: list[Example], seed_candidate: dict[str, str], code_components: tuple[str, ...], budget: int,
+             workers: int, reflection_lm: Any) -> RunDescription:
     """This compile, described once for tracking (params) and resume (settings)."""
     selector = optimizer.candidate_selection_strategy
     predictor_lms = [predictor.lm for _, predictor in student.named_predictors()
                      if getattr(predictor, "lm", None) is not None]
     return RunDescription(
-        p=p, n=optimizer.n, selection=selections.label(optimizer.selection), schedule=optimizer.schedule,
+        p=p, n=optimizer.n, selection=selections.label(selection), schedule=schedule,
         minibatch_size=optimizer.reflection_minibatch_size, seed=optimizer.seed, crossover=optimizer.use_merge,
         candidate_selection=selector if isinstance(selector, str) else type(selector).__name__,
         budget=budget, num_workers=workers, program=type(student).__name__,

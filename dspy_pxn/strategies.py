@@ -56,18 +56,20 @@ def component_selector(selector: Any) -> Any:
 
 
 class ExactBudgetStopper:
-    """Stops when the remaining budget cannot pay for the smallest useful step.
+    """Stops when the remaining budget cannot pay for the smallest useful step (a crossover's, when gepa's
+    loop will try one next: ``crossover_due``).
 
     Exposes ``max_metric_calls`` so gepa's progress bar and remaining-budget events
     read it as they read their own MaxMetricCallsStopper.
     """
 
-    def __init__(self, guard: BudgetGuard):
+    def __init__(self, guard: BudgetGuard, crossover_due: Callable[[], bool] = lambda: False):
         self.guard = guard
+        self.crossover_due = crossover_due
         self.max_metric_calls = guard.max_metric_calls
 
     def __call__(self, gepa_state: GEPAState) -> bool:
-        return not self.guard.can_step(self.guard.remaining(gepa_state)) or self.guard.proposals_left() == 0
+        return not self.guard.can_step(self.guard.remaining(gepa_state), self.crossover_due())
 
 
 class CapsStopper:
@@ -172,7 +174,6 @@ class DistinctParentsPxN:
         width = min(self.p * self.n, self.guard.max_proposals(state))
         if width < 1:
             return []
-        self.guard.started(width)
         parents = self.choose_parents(state, candidate_selector, math.ceil(width / self.n))
         tasks: list[ProposalTask] = []
         for parent in parents:

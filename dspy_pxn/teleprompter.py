@@ -2,14 +2,15 @@
 
 A compile is one story, each line a module (``compile`` below; ``dspy_pxn.run`` tells each move). Two
 choices shape the search, ``schedule`` (``dspy_pxn.schedules``) and ``selection`` (``dspy_pxn.selection``;
-the *sibling merge* is ``dspy_pxn.merge``), both told with BatchedGEPA's arguments. gepa's own
-``use_merge=True`` is a different thing, called the *crossover* inside this package (off by default: when
-it fires it replaces a whole step). Tracking is a ``Tracker`` handed in (``dspy_pxn.tracker``): this module
-does not know MLflow.
+the *sibling merge* is ``dspy_pxn.merge``), both told with BatchedGEPA's arguments, and chosen with
+the width when left open (``dspy_pxn.run.search_plan``). gepa's own ``use_merge=True`` is a different
+thing, called the *crossover* inside this package (on by default, as in dspy.GEPA). Tracking is a
+``Tracker`` handed in (``dspy_pxn.tracker``): this module does not know MLflow.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -18,7 +19,7 @@ from dspy.primitives import Example, Module
 from gepa.proposer.reflective_mutation.base import CandidateSelector
 from gepa.strategies.proposal_selection import SelectionStrategy
 
-from dspy_pxn import checks, metrics
+from dspy_pxn import checks, gepa_options, metrics
 from dspy_pxn import selection as selections
 from dspy_pxn.ledger.limiter import LMCallLimiter, limiter_for
 from dspy_pxn.pools import WorkerPool
@@ -30,69 +31,49 @@ from dspy_pxn.strategies import component_selector as component_selector_named
 from dspy_pxn.tracker import Tracker, tracker_for
 from dspy_pxn.width import AUTO
 
-# Strategies BatchedGEPA owns; passing them through gepa_kwargs would silently undo P×N or the budget.
-OWNED_GEPA_KWARGS = (
-    "sampling_strategy",
-    "selection_strategy",
-    "reflection_strategy",
-    "batch_sampler",
-    "max_metric_calls",
-    "reflection_minibatch_size",
-    "candidate_selection_strategy",
-    "stop_callbacks",
-    "callbacks",
-)
-
-
-def caps_from_gepa_kwargs(gepa_kwargs: dict[str, Any] | None, max_reflection_cost_usd: float | None
-                          ) -> tuple[dict[str, Any] | None, float | None]:
-    """gepa's ``max_reflection_cost`` (which dspy.GEPA refuses) is our ``max_reflection_cost_usd``."""
-    if not gepa_kwargs or "max_reflection_cost" not in gepa_kwargs:
-        return gepa_kwargs, max_reflection_cost_usd
-    if max_reflection_cost_usd is not None:
-        raise checks.ArgumentError("Pass max_reflection_cost_usd=... or gepa_kwargs={'max_reflection_cost': ...}, "
-                                   "not both: they are the same cap.")
-    rest = {key: value for key, value in gepa_kwargs.items() if key != "max_reflection_cost"}
-    return rest, gepa_kwargs["max_reflection_cost"]
-
+logger = logging.getLogger(__name__)
 
 class BatchedGEPA(dspy.GEPA):
     """dspy.GEPA with P×N proposals per step, one worker pool for every rollout, and an exact budget.
 
-    Every argument of ``dspy.GEPA`` is accepted with its meaning; the defaults differ only for
-    ``metric`` (optional), ``use_merge`` (off) and ``track_stats`` (on). With ``p=1, n=1`` the run
-    proposes the same candidates as dspy.GEPA for the same seed and a deterministic LM (with
-    ``use_merge=False``), stopping at the last step that fits the budget instead of overshooting it.
+    Every argument of ``dspy.GEPA`` is accepted with its meaning and its default (``metric`` may be
+    omitted, and ``track_stats`` is on). Changing only the class name of a dspy.GEPA call runs P×N
+    proposals at the concurrency that call already had (``num_threads``, or DSPy's setting), the
+    crossover included, within the same budget. With ``p=1, n=1`` the run proposes the same
+    candidates as dspy.GEPA for the same seed and a deterministic LM, stopping at the last step
+    that fits the budget instead of overshooting it.
 
     Args:
         metric: GEPA's feedback metric ``(gold, pred, trace=None, pred_name=None, pred_trace=None)``,
-            returning a score or ``dspy.Prediction(score=..., feedback=...)``; a plain DSPy metric
-            ``(gold, pred, trace=None)`` works too (its feedback is the score alone). Default: the
-            program's own ``program.metric``, which every ready-made program carries.
-        p: Parents per step, distinct whenever the Pareto front has that many. Default 1. Raise it
-            (with ``n``) to fill a larger pool: P·N·``reflection_minibatch_size`` rollouts run at once.
-            ``"auto"``: P·N follows the pool, W proposals in flight, fewer where the budget would
-            then buy under five validation windows (``dspy_pxn.width``); the run says what it chose.
+            returning a score (any real number: float, int, bool, a numpy scalar) or
+            ``dspy.Prediction(score=..., feedback=...)``; a plain DSPy metric ``(gold, pred, trace=None)``
+            works too (its feedback is the score alone). Default: the program's own ``program.metric``,
+            which every ready-made program carries.
+        p: Parents per step, distinct whenever the Pareto front has that many. Default ``"auto"``: P·N
+            follows the pool, one proposal in flight per worker, fewer where the budget would then buy
+            under five validation windows (``dspy_pxn.width``); the run says what it chose. Where that
+            comes to one proposal, the run is dspy.GEPA's own loop. ``p=1, n=1``: dspy.GEPA's search.
         n: Mutations drawn per parent, each on its own minibatch. Default 1. Prefer more parents
             (``p``) to more mutations; ``n`` helps when the front holds only a few candidates.
-        auto: dspy.GEPA's budget presets, ``"light"``, ``"medium"`` or ``"heavy"``, turned into metric
-            calls from the program's size and the valset as dspy.GEPA does. Default: ``"light"`` when
-            no budget is given (the run says the number it comes to).
+        auto: dspy.GEPA's budget presets, ``"light"``, ``"medium"`` or ``"heavy"``: the number of metric
+            calls dspy.GEPA's ``auto`` gives for the same program and valset (its own formula), spent
+            exactly. Default: ``"light"`` when no budget is given (the run says the number it comes to).
         max_full_evals: The budget as a number of full passes over train + val. Give at most one of
             ``auto``, ``max_full_evals`` and ``max_metric_calls``.
         max_metric_calls: The budget in metric calls (one program run on one example, scored),
-            never exceeded. A budget that cannot pay for one step (2·|val| + 2·minibatch) is refused.
+            never exceeded. A budget that cannot pay for one step (2·|val| + 2·minibatch) validates the
+            seed and returns it, with a warning naming the smallest budget that buys a step.
         reflection_lm: The LM that rewrites instructions. Default: the task LM at compile time (the
             run says so); a stronger, slower model usually finds better instructions.
-        num_threads: W, the one pool every rollout shares. Default: enough for one step's screening
-            (P·N·minibatch) and at least ``dspy.settings.num_threads``. Set it to the concurrency
-            your provider allows; cap LM calls separately with ``max_concurrent_lm_calls``.
+        num_threads: W, the one pool every rollout shares: never more rollouts in flight than this.
+            Default: ``dspy.settings.num_threads``, as dspy.GEPA. Set it to the concurrency your
+            provider allows; cap LM calls separately with ``max_concurrent_lm_calls``.
         selection: Which improving children are fully validated: ``"all"`` (the paper's
             AllImprovements), ``"best"``, an int k (the top k), ``"merge"`` (their lessons merged
             into the pool's best candidate by one reflection call, the sibling merge),
             ``"merge+best"`` (that merge and the best child), or a gepa ``SelectionStrategy``.
-            Default: ``"all"`` at 1×1 (dspy.GEPA's), ``"merge"`` above it, which keeps held-out
-            quality at width; ``"all"`` is faster and shallower.
+            Default: ``"all"`` at one proposal per step (dspy.GEPA's), ``"merge"`` above it, which
+            keeps held-out quality at width; ``"all"`` is faster and shallower.
         reflection_minibatch_size: Training examples each parent and child is screened on (m).
             Default 3. Larger minibatches show the reflection more feedback and cost 2·m calls per
             proposal.
@@ -100,9 +81,12 @@ class BatchedGEPA(dspy.GEPA):
             ``"epsilon_greedy"``, ``"top_k_pareto"``, or a gepa ``CandidateSelector``.
         component_selector: Which components a reflection rewrites: ``"round_robin"`` (default, one
             at a time), ``"all"``, or a gepa ``ReflectionComponentSelector`` or function.
-        use_merge: gepa's crossover (two candidates' components recombined, in a step of its own).
-            Default off, so steps of every P×N are the same kind of work; needs ``schedule="steps"``.
-        max_merge_invocations: At most this many crossovers per run (with ``use_merge``). Default 5.
+        use_merge: gepa's crossover (two candidates' components recombined), as in dspy.GEPA: it is
+            tried after a new candidate joins the pool, in a step of its own in the step loop, and
+            beside the proposals in flight in the asynchronous one. Default True, as in dspy.GEPA.
+        max_merge_invocations: Crossovers per run (with ``use_merge``). Default 5. The asynchronous
+            schedule accepts at most this many; gepa's step loop (and so dspy.GEPA) stops scheduling new
+            ones after this many are accepted, and may accept a few more that were already owed.
         skip_perfect_score: Skip reflecting on a parent that is already perfect on its minibatch.
             Default True.
         add_format_failure_as_feedback: Show output-format failures to the reflection LM as feedback.
@@ -129,8 +113,9 @@ class BatchedGEPA(dspy.GEPA):
         seed: Seeds parent selection and minibatch sampling. Default 0. The step schedule is
             deterministic for a seed and a deterministic LM; the async one is not.
         gepa_kwargs: More ``gepa.optimize`` arguments (e.g. ``{"cache_evaluation": True}``, which needs
-            the step schedule). BatchedGEPA's own strategies (sampling, selection, reflection,
-            batch sampler, budget, stoppers, callbacks) cannot be overridden here.
+            the step schedule, chosen for you). ``callbacks`` and ``stop_callbacks`` here join
+            BatchedGEPA's own, as under dspy.GEPA; its strategies (sampling, selection, reflection,
+            batch sampler, budget) cannot be overridden here.
         display_progress_bar: Show gepa's progress bar (step schedule). Default False.
         pool: Where rollouts run: a ``WorkerPool`` you own (left open), ``"ray"`` for a
             ``RayWorkerPool`` of ``num_threads`` slots on the cluster at ``RAY_ADDRESS``, or None for
@@ -157,8 +142,8 @@ class BatchedGEPA(dspy.GEPA):
             retries and failures are counted either way (``detailed_results.lm_call_counts``).
         schedule: ``"steps"`` (gepa's step loop: each step waits for its slowest call) or ``"async"``
             (P·N proposal pipelines always in flight, no step barrier). Default: ``"async"`` above
-            1×1, unless ``use_merge``, ``use_wandb`` or ``gepa_kwargs`` that only gepa's loop reads
-            are given; ``"steps"`` at 1×1.
+            one proposal per step, unless ``use_wandb`` or ``gepa_kwargs`` that only gepa's loop
+            reads are given; ``"steps"`` at one.
         max_cost_usd: Dollars the search may spend on LM calls, task and reflection together; the run
             never spends more (each call's worst case is reserved before it is made, the
             ``max_tokens`` of every priced LM bounds it) and returns the best program found when the
@@ -181,7 +166,7 @@ class BatchedGEPA(dspy.GEPA):
         self,
         metric: Callable[..., Any] | None = None,
         *,
-        p: int | Literal["auto"] = 1,
+        p: int | Literal["auto"] = AUTO,
         n: int = 1,
         auto: Literal["light", "medium", "heavy"] | None = None,
         max_full_evals: int | None = None,
@@ -192,7 +177,7 @@ class BatchedGEPA(dspy.GEPA):
         reflection_minibatch_size: int = 3,
         candidate_selection_strategy: str | CandidateSelector = "pareto",
         component_selector: Any = "round_robin",
-        use_merge: bool = False,
+        use_merge: bool = True,
         max_merge_invocations: int | None = 5,
         skip_perfect_score: bool = True,
         add_format_failure_as_feedback: bool = False,
@@ -228,6 +213,8 @@ class BatchedGEPA(dspy.GEPA):
         max_reflection_cost_usd: float | None = None,
         max_wall_s: float | None = None,
     ):
+        gepa_kwargs = gepa_options.unowned(gepa_kwargs)
+        p, n, selection = gepa_options.pxn_and_selection(gepa_kwargs, p, n, selection)
         self.p = p if p == AUTO else checks.positive_int(
             "p", p, "p is the number of parents sampled per step, e.g. p=8, or p='auto' to fill the worker pool.")
         self.n = checks.positive_int("n", n, "n is the number of mutations drawn per parent, e.g. n=1.")
@@ -244,25 +231,20 @@ class BatchedGEPA(dspy.GEPA):
             )
         if track_best_outputs and not track_stats:
             raise checks.ArgumentError("track_best_outputs=True needs track_stats=True (the outputs are part of the stats).")
-        wide = self.p == AUTO or self.p * self.n > 1
-        self.selection = selections.checked(selection if selection is not None else ("merge" if wide else "all"))
+        # None: chosen with the width (dspy_pxn.run.search_plan), which p="auto" knows only at compile.
+        self.selection = selections.checked(selection) if selection is not None else None
         self.testset = checks.dataset("testset", testset) if testset is not None else None
         self.tracker, self.mlflow = tracker_for(
             tracker, use_mlflow, mlflow, tracking_uri, experiment, run_name, run_tags, registered_model_name)
         component_selector_named(component_selector)  # an unknown name fails now, not at compile
         if use_wandb:
             checks.wandb_installed()
-        gepa_kwargs, max_reflection_cost_usd = caps_from_gepa_kwargs(gepa_kwargs, max_reflection_cost_usd)
+        max_reflection_cost_usd = gepa_options.reflection_cap(gepa_kwargs, max_reflection_cost_usd)
         self.max_cost_usd = checks.positive_number("max_cost_usd", max_cost_usd, "It is dollars, e.g. 5.0.")
         self.max_reflection_cost_usd = checks.positive_number(
             "max_reflection_cost_usd", max_reflection_cost_usd, "It is dollars, e.g. 1.0.")
         self.max_wall_s = checks.positive_number("max_wall_s", max_wall_s, "It is seconds, e.g. 3600.")
-        owned = sorted(set(gepa_kwargs or {}) & set(OWNED_GEPA_KWARGS))
-        if owned:
-            raise ValueError(
-                f"gepa_kwargs may not set {owned}: BatchedGEPA sets them itself. Use BatchedGEPA's own "
-                "arguments (p, n, selection, max_metric_calls, reflection_minibatch_size, callbacks, use_mlflow)."
-            )
+        callbacks, self.stop_callbacks = gepa_options.callbacks_and_stoppers(gepa_kwargs, callbacks)
         if reflection_lm is None and instruction_proposer is None and dspy.settings.lm is None:
             raise checks.ArgumentError(
                 "No reflection LM: pass reflection_lm=dspy.LM('openai/gpt-5-mini', ...) or configure a default "
@@ -311,13 +293,9 @@ class BatchedGEPA(dspy.GEPA):
         self.callbacks = list(callbacks)
         self.step_sinks = list(step_sinks)
         self.lm_limiter = limiter_for(max_concurrent_lm_calls)
-        # Above 1×1, what the user left open is chosen from the benchmarks (docs/benchmarks.md); the run says so.
-        self.chosen_for_user = [name for name, value in (("schedule", schedule), ("selection", selection))
-                                if value is None and wide]
-        loop_only = sorted(set(self.gepa_kwargs) - {"use_cloudpickle"})  # the async schedule reads only that one
-        if schedule is None:
-            schedule = "async" if wide and not (use_merge or use_wandb or loop_only) else "steps"
-        self.schedule = checks.schedule(schedule, use_merge=use_merge, use_wandb=use_wandb, loop_only=loop_only)
+        # None: chosen with the width (dspy_pxn.run.search_plan); what the user gave is checked now.
+        self.schedule = checks.schedule(schedule, use_wandb=use_wandb, loop_only=checks.loop_only_gepa_kwargs(self.gepa_kwargs)
+                                        ) if schedule is not None else None
 
     def compile(
         self,
@@ -343,11 +321,17 @@ class BatchedGEPA(dspy.GEPA):
             ``BatchedGEPAResult``) when ``track_stats``.
 
         Raises:
-            ValueError: Bad input, before any LM call: data, metric, budget or ``log_dir``.
+            ValueError: Bad input, before any LM call: data, metric or ``log_dir``.
+            Exception: The program's own exception, when the seed program raises on nearly every
+                validation example (a broken program, not a prompt to optimize).
         """
         if teacher is not None:
             raise checks.ArgumentError("teacher is not supported by GEPA; pass teacher=None.")
-        run = Run.prepare(self, student, trainset, valset)
+        try:
+            run = Run.prepare(self, student, trainset, valset)
+        except checks.BudgetBuysNoValidation as nothing:
+            logger.warning("%s", nothing)
+            return student.deepcopy()
         with run.resources() as live:
             gepa_result = SCHEDULES[run.schedule].run(run, live)
             return run.result(gepa_result, live)

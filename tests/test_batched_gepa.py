@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from dspy_pxn import BatchedGEPA, read_step_log
 from dspy_pxn import testing as sim
 from tests.conftest import seed_program
+from tests.budgets import smallest_step
 
 
 # Most tests here check the step loop's structure (widths, per-step counts, determinism); the
@@ -32,14 +33,16 @@ def candidates_of(result):
     return [{name: pred.signature.instructions for name, pred in c.named_predictors()} for c in result.candidates]
 
 
-def test_1x1_proposes_the_same_candidates_as_dspy_gepa(task_lm, splits):
+@pytest.mark.parametrize("use_merge", [True, False], ids=["dspy.GEPA's default use_merge", "use_merge=False"])
+def test_1x1_proposes_the_same_candidates_as_dspy_gepa(task_lm, splits, use_merge):
     train, val, _ = splits
     budget = 200
     reference = dspy.GEPA(
         metric=sim.metric, max_metric_calls=budget, reflection_lm=sim.SimulatedLM(), num_threads=4,
-        use_merge=False, seed=3, track_stats=True,
+        use_merge=use_merge, seed=3, track_stats=True,
     ).compile(seed_program(), trainset=train, valset=val).detailed_results
-    ours = run_batched(seed_program(), splits, p=1, n=1, max_metric_calls=budget, seed=3).detailed_results
+    ours = run_batched(seed_program(), splits, p=1, n=1, max_metric_calls=budget, seed=3,
+                       use_merge=use_merge).detailed_results
 
     theirs_candidates, our_candidates = candidates_of(reference), candidates_of(ours)
     assert len(our_candidates) >= 3, "the run should make progress for the comparison to mean something"
@@ -64,7 +67,7 @@ def test_budget_is_never_exceeded_and_not_left_unused(task_lm, splits, p, n, bud
     val_size = len(splits.val)
     assert result.total_metric_calls <= budget
     # It stops only once no proposal can be screened and validated any more.
-    assert budget - result.total_metric_calls < 2 * minibatch + val_size
+    assert budget - result.total_metric_calls < smallest_step(minibatch, val_size)
     assert sum(step.metric_calls for step in result.steps) + val_size == result.total_metric_calls
     if schedule == "steps":  # an async record window spans as many pipelines as ran during one validation
         assert all(step.width <= p * n for step in result.steps)
@@ -98,17 +101,20 @@ def test_validation_of_many_children_fills_the_whole_pool(splits):
     assert any(step.accepted >= 2 for step in result.steps)
 
 
-def test_traces_are_captured_only_for_parent_minibatches(task_lm, splits):
+def test_traces_are_captured_only_for_parent_minibatches(task_lm, splits, monkeypatch):
+    from dspy_pxn import rollout
+
     train, val, _ = splits
     val_ids = {id(example) for example in val}
     calls = []
+    original = rollout.run_rollout
 
-    def recording_metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
-        if pred_name is None:
-            calls.append((id(gold) in val_ids, trace is not None))
-        return sim.metric(gold, pred, trace, pred_name, pred_trace)
+    def recording(program, example, metric, capture_trace, *args):
+        calls.append((id(example) in val_ids, capture_trace))
+        return original(program, example, metric, capture_trace, *args)
 
-    optimizer = BatchedGEPA(metric=recording_metric, p=2, n=2, max_metric_calls=120, reflection_lm=sim.SimulatedLM(),
+    monkeypatch.setattr(rollout, "run_rollout", recording)
+    optimizer = BatchedGEPA(metric=sim.metric, p=2, n=2, max_metric_calls=120, reflection_lm=sim.SimulatedLM(),
                             **STEP_LOOP)
     result = optimizer.compile(seed_program(), trainset=train, valset=val).detailed_results
     traced_val = [traced for is_val, traced in calls if is_val and traced]
@@ -120,8 +126,9 @@ def test_traces_are_captured_only_for_parent_minibatches(task_lm, splits):
 
 
 @pytest.mark.parametrize("schedule", ["steps", "async"])
-def test_each_candidate_is_built_once_however_often_it_is_evaluated(task_lm, splits, monkeypatch, schedule):
-    """Building deep-copies the student and makes new signature classes: once per candidate, not per evaluation."""
+def test_each_evaluation_builds_its_program_once_and_its_rollouts_share_it(task_lm, splits, monkeypatch, schedule):
+    """As dspy.GEPA: one program per evaluation (a candidate on a batch), shared by that batch's rollouts, so a
+    program that keeps state between calls sees what it sees under dspy.GEPA, and no more builds than that."""
     import threading
 
     from dspy.teleprompt.gepa.gepa_utils import DspyAdapter
@@ -138,7 +145,7 @@ def test_each_candidate_is_built_once_however_often_it_is_evaluated(task_lm, spl
 
     def evaluate(self, jobs, phase):
         evaluating.on = True
-        evaluations.extend(jobs)
+        evaluations.extend((tuple(sorted(candidate.items())), len(batch)) for candidate, batch, _ in jobs)
         try:
             return original_evaluate(self, jobs, phase)
         finally:
@@ -147,8 +154,42 @@ def test_each_candidate_is_built_once_however_often_it_is_evaluated(task_lm, spl
     monkeypatch.setattr(DspyAdapter, "build_program", build)
     monkeypatch.setattr(BatchedAdapter, "_evaluate_many", evaluate)
     result = run_batched(seed_program(), splits, p=2, n=2, max_metric_calls=200, schedule=schedule).detailed_results
-    assert len(built) == len(set(built)) >= len(result.candidates) > 1
-    assert len(evaluations) > len(built) + 2  # parents are evaluated again and again, built once
+    assert len(result.candidates) > 1
+    assert sorted(built) == sorted(candidate for candidate, size in evaluations if size)
+    assert sum(size for _, size in evaluations) > 2 * len(built)  # each build serves a batch of rollouts
+
+
+class Counting(dspy.Module):
+    """A program that keeps state between calls: how many examples this instance has answered."""
+
+    def __init__(self):
+        super().__init__()
+        self.solve = seed_program()
+        self.answered = 0
+
+    def forward(self, question):
+        self.answered += 1
+        return dspy.Prediction(answer=self.solve(question=question).answer, answered=self.answered)
+
+
+def test_a_stateful_program_sees_a_fresh_instance_per_evaluation_as_under_dspy_gepa(task_lm, splits):
+    train, val, _ = splits
+    seen = {"dspy.GEPA": [], "BatchedGEPA": []}
+
+    def metric_for(name):
+        def metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
+            if pred_name is None:
+                seen[name].append(pred.answered)
+            return sim.metric(gold, pred, trace, pred_name, pred_trace)
+        return metric
+
+    dspy.GEPA(metric=metric_for("dspy.GEPA"), max_metric_calls=60, reflection_lm=sim.SimulatedLM(), num_threads=1,
+              track_stats=True).compile(Counting(), trainset=train, valset=val)
+    BatchedGEPA(metric=metric_for("BatchedGEPA"), p=1, n=1, max_metric_calls=60, reflection_lm=sim.SimulatedLM(),
+                num_threads=1).compile(Counting(), trainset=train, valset=val)
+    # One thread: each evaluation's instance counts 1, 2, ... up to its batch size, never more.
+    assert max(seen["BatchedGEPA"]) == max(seen["dspy.GEPA"]) == len(val)
+    assert seen["BatchedGEPA"] == seen["dspy.GEPA"][: len(seen["BatchedGEPA"])]
 
 
 def test_parents_of_a_step_are_distinct_once_the_front_allows(task_lm):
@@ -188,5 +229,5 @@ def test_budget_property_over_many_shapes(task_lm, p, n, minibatch, val_size, ex
     )
     result = optimizer.compile(seed_program(), trainset=train, valset=val).detailed_results
     assert result.total_metric_calls <= budget
-    assert budget - result.total_metric_calls < 2 * minibatch + val_size
+    assert budget - result.total_metric_calls < smallest_step(minibatch, val_size)
     assert sum(step.metric_calls for step in result.steps) + val_size == result.total_metric_calls

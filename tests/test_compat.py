@@ -76,3 +76,13 @@ def test_a_version_outside_the_tested_range_is_named_once_never_refused(monkeypa
     assert len(messages) == int(warned)
     if warned:
         assert messages[0].startswith(f"dspy-pxn was tested with dspy 3.4.0 to 3.4.1; dspy {installed} is installed")
+
+
+def test_the_compatibility_page_names_what_the_test_extra_installs():
+    page = (ROOT / "docs" / "guides" / "compatibility.md").read_text()
+    row = next(line for line in page.splitlines() if line.startswith("| `test` |")).split("|")[2]
+    for spec in pyproject()["project"]["optional-dependencies"]["test"]:
+        name = re.match(r"[A-Za-z0-9_.-]+", spec).group()
+        named = "the `docs` extra" if name == "dspy-pxn" else name
+        assert named.lower() in row.lower(), (spec, row)
+    assert "but datasets" in row  # the programs' online loaders are not needed offline

@@ -162,7 +162,6 @@ def test_a_mixed_program_optimizes_code_and_instructions(task_lm, splits):
 # Defaults BatchedGEPA sets differently from dspy.GEPA, each for a reason the README gives.
 DEFAULTS_DIFFERING_FROM_DSPY_GEPA = {
     "metric": None,  # the program's own metric when omitted
-    "use_merge": False,  # a merge replaces a whole P×N step when it fires; off keeps steps comparable
     "track_stats": True,  # detailed_results carry the per-step records the run is for
 }
 
@@ -233,15 +232,32 @@ def test_errors_dspy_gepa_raises_as_assertions_are_still_assertion_errors(splits
 
 
 # ----------------------------------------------------------------------------- budget
-def test_a_budget_too_small_for_one_step_is_refused_naming_the_smallest(task_lm, splits):
+def test_a_budget_too_small_for_one_step_runs_as_under_dspy_gepa_never_over_it(splits, caplog):
+    """dspy.GEPA runs such a budget (overspending it); here the seed is validated and returned, within budget."""
     val = splits.val[:6]  # seed validation 6 + one proposal: 2x3 screening + 6 validation = 18
-    with pytest.raises(ValueError, match="The smallest budget that buys one step is 18"):
-        BatchedGEPA(metric=sim.metric, max_metric_calls=17).compile(sim.seed_program(), trainset=splits.train,
-                                                                    valset=val)
-    best = BatchedGEPA(metric=sim.metric, max_metric_calls=18).compile(sim.seed_program(), trainset=splits.train,
-                                                                       valset=val)
+    lm = sim.SimulatedLM()
+    with dspy.context(lm=lm), caplog.at_level(logging.WARNING, logger="dspy_pxn"):
+        seed_only = BatchedGEPA(metric=sim.metric, max_metric_calls=17).compile(
+            sim.seed_program(), trainset=splits.train, valset=val)
+    assert "The smallest budget that buys one step is 18" in caplog.text
+    assert seed_only.detailed_results.total_metric_calls == 6 and len(seed_only.detailed_results.candidates) == 1
+    assert lm.stats()["calls"]["task"] == 6  # the seed's validation, nothing over budget
+    with dspy.context(lm=lm):
+        best = BatchedGEPA(metric=sim.metric, max_metric_calls=18, p=1, n=1).compile(
+            sim.seed_program(), trainset=splits.train, valset=val)
     assert len(best.detailed_results.steps) == 1
     assert best.detailed_results.total_metric_calls <= 18
+
+
+def test_a_budget_below_the_seeds_validation_returns_the_program_unchanged_without_an_lm_call(splits, caplog):
+    lm = sim.SimulatedLM()
+    program = sim.seed_program()
+    with dspy.context(lm=lm), caplog.at_level(logging.WARNING, logger="dspy_pxn"):
+        returned = BatchedGEPA(metric=sim.metric, max_metric_calls=5).compile(
+            program, trainset=splits.train, valset=splits.val[:6])
+    assert "cannot pay for the seed's validation (6 calls" in caplog.text
+    assert lm.stats()["calls"]["total"] == 0
+    assert returned is not program and returned.predict.signature.instructions == program.predict.signature.instructions
 
 
 # ----------------------------------------------------------------------------- the user's own line
@@ -262,13 +278,26 @@ def test_the_design_cards_line_works(task_lm, splits, caplog):
     with caplog.at_level(logging.INFO, logger="dspy_pxn"):
         best = BatchedGEPA(p=2, n=1).compile(WithMetric(), trainset=splits.train, valset=splits.val[:6])
     results = best.detailed_results
-    # auto="light": 6 proposals for the one predictor, in whole 2×1 steps, each paid a screening and a validation.
-    assert results.budget == 6 + 6 * (2 * 3 + 6)
-    assert results.total_metric_calls <= results.budget
-    assert sum(step.width for step in results.steps) == 6 and results.stopped_by == "auto"
+    # auto="light": the metric calls dspy.GEPA's auto gives for one predictor and |val| = 6, spent to the last
+    # step they pay for.
+    light = dspy.GEPA(metric=sim.metric, auto="light", reflection_lm=sim.SimulatedLM()).auto_budget(
+        num_preds=1, num_candidates=6, valset_size=6)
+    assert results.budget == light
+    assert light - 2 * 3 - 6 < results.total_metric_calls <= light and results.stopped_by == "auto"
     messages = [r.getMessage() for r in caplog.records]
-    assert sum("No budget given: auto='light': 6 proposals" in m for m in messages) == 1
+    assert sum(f"No budget given: auto='light': {light} metric calls, as dspy.GEPA's auto gives" in m
+               for m in messages) == 1
     assert sum("No reflection_lm given: the task LM" in m for m in messages) == 1
+
+
+@pytest.mark.parametrize("level", ["light", "medium", "heavy"])
+def test_auto_is_the_budget_dspy_gepa_gives_for_the_same_program_and_data(task_lm, splits, level):
+    val = splits.val[:6]
+    upstream = dspy.GEPA(metric=sim.metric, auto=level, reflection_lm=sim.SimulatedLM(), track_stats=True)
+    upstream.compile(sim.seed_program(), trainset=splits.train, valset=val)  # sets its max_metric_calls from auto
+    ours = BatchedGEPA(metric=sim.metric, auto=level).compile(sim.seed_program(), trainset=splits.train, valset=val)
+    assert ours.detailed_results.budget == upstream.max_metric_calls
+    assert ours.detailed_results.total_metric_calls <= upstream.max_metric_calls
 
 
 def test_no_metric_anywhere_is_the_clear_error(task_lm, splits):

@@ -2,6 +2,8 @@
 
 import dspy
 import pytest
+from gepa.strategies.proposal_sampling import IndependentSampling, PxNSampling, SameParentSampling, SingleMutationSampling
+from gepa.strategies.proposal_selection import BestImprovement
 
 from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
@@ -39,13 +41,29 @@ def make(reflection_lm, **kwargs):
         ({"max_metric_calls": 0}, "max_metric_calls must be an int >= 1"),
         ({"selection": "worst"}, "selection='worst' is not understood"),
         ({"candidate_selection_strategy": "random"}, "candidate_selection_strategy='random' is unknown"),
-        ({"gepa_kwargs": {"sampling_strategy": object()}}, "gepa_kwargs may not set ['sampling_strategy']"),
+        ({"gepa_kwargs": {"sampling_strategy": object()}}, "pass p=... and n=..."),
+        ({"gepa_kwargs": {"batch_sampler": object()}}, "gepa_kwargs may not set ['batch_sampler']"),
+        ({"gepa_kwargs": {"sampling_strategy": PxNSampling(2, 2)}, "p": 4}, "Pass p and n, or gepa_kwargs"),
+        ({"gepa_kwargs": {"selection_strategy": BestImprovement()}, "selection": "all"}, "Pass selection=... or"),
     ],
 )
 def test_bad_arguments_are_named(reflection_lm, kwargs, message):
     with pytest.raises(ValueError) as error:
         make(reflection_lm, **kwargs)
     assert message in str(error.value)
+
+
+def test_gepas_own_strategies_in_gepa_kwargs_are_read_as_batched_gepas_arguments(reflection_lm):
+    """dspy.GEPA's docs name gepa's sampling and selection strategies, callbacks and stoppers for gepa_kwargs."""
+    stopper, callback = (lambda state: False), object()
+    optimizer = make(reflection_lm, gepa_kwargs={"sampling_strategy": PxNSampling(3, 2), "callbacks": [callback],
+                                                 "selection_strategy": BestImprovement(), "stop_callbacks": stopper})
+    assert (optimizer.p, optimizer.n) == (3, 2) and isinstance(optimizer.selection, BestImprovement)
+    assert callback in optimizer.callbacks and optimizer.stop_callbacks == [stopper] and optimizer.gepa_kwargs == {}
+    for sampling, shape in ((SingleMutationSampling(), (1, 1)), (SameParentSampling(4), (1, 4)),
+                            (IndependentSampling(4), (4, 1))):
+        optimizer = make(reflection_lm, gepa_kwargs={"sampling_strategy": sampling})
+        assert (optimizer.p, optimizer.n) == shape
 
 
 def test_metric_without_gepa_or_dspy_signature(reflection_lm):
@@ -90,11 +108,6 @@ def test_bad_datasets(reflection_lm, splits, compile_kwargs, error, message):
     kwargs = {"trainset": splits.train, "valset": splits.val, **compile_kwargs}
     with pytest.raises(error, match=message):
         make(reflection_lm).compile(seed_program(), **kwargs)
-
-
-def test_budget_smaller_than_one_step(reflection_lm, splits):
-    with pytest.raises(ValueError, match=r"seed's validation costs 12 \(\|valset\|\).*smallest budget that buys one step is 30"):
-        make(reflection_lm, max_metric_calls=29).compile(seed_program(), trainset=splits.train, valset=splits.val)
 
 
 def test_program_without_predictors(reflection_lm, splits):

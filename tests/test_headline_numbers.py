@@ -29,15 +29,21 @@ def _load_plotter():
 plotter = _load_plotter()
 FIGURES = plotter.headlines()
 PAGES = {name: (ROOT / name).read_text() for name in (
-    "README.md", "docs/index.md", "docs/benchmarks.md", "docs/guides/planning.md", "docs/concepts/merges.md",
-    "docs/concepts/pxn.md", "docs/guides/from-dspy-gepa.md", "docs/reference/glossary.md")}
+    "README.md", "docs/index.md", "docs/benchmarks.md", "docs/benchmark-log.md", "docs/guides/planning.md",
+    "docs/concepts/merges.md", "docs/concepts/pxn.md", "docs/guides/from-dspy-gepa.md", "docs/reference/glossary.md")}
+# The pages that give the class swap's result: each also names the cells where it missed its held-out aim.
+CLASS_SWAP_PAGES = ["README.md", "docs/index.md", "docs/benchmarks.md", "docs/benchmark-log.md",
+                    "docs/guides/from-dspy-gepa.md", "docs/guides/planning.md"]
 
 # Where each headline figure is quoted, and the results file the page names beside it.
 QUOTED = {
-    "w16 speedup": (["README.md", "docs/index.md", "docs/benchmarks.md", "docs/guides/planning.md",
-                     "docs/concepts/merges.md"], "schedules.json"),
-    "w16 held-out vs dspy.GEPA": (["README.md", "docs/index.md", "docs/benchmarks.md", "docs/guides/planning.md",
-                                   "docs/concepts/merges.md"], "schedules.json"),
+    "class swap speedup": (CLASS_SWAP_PAGES, "class_swap.json"),
+    "class swap held-out vs dspy.GEPA": (CLASS_SWAP_PAGES, "class_swap.json"),
+    "class swap dspy.GEPA metric calls": (["docs/benchmarks.md", "docs/guides/from-dspy-gepa.md"], "class_swap.json"),
+    "w16 4x4 speedup": (["docs/benchmarks.md", "docs/guides/planning.md", "docs/concepts/merges.md"],
+                        "schedules.json"),
+    "w16 4x4 held-out vs dspy.GEPA": (["docs/benchmarks.md", "docs/guides/planning.md", "docs/concepts/merges.md"],
+                                      "schedules.json"),
     "w16 all speedup": (["README.md", "docs/guides/planning.md"], "schedules.json"),
     "w16 all held-out": (["README.md", "docs/guides/planning.md"], "schedules.json"),
     "w16 all held-out loss": (["docs/benchmarks.md", "docs/concepts/merges.md"], "schedules.json"),
@@ -71,6 +77,19 @@ def test_a_headline_figure_is_the_results_files_and_names_them(figure):
         assert source in text, f"{page} quotes {figure} without naming {source}"
 
 
+def test_the_class_swap_is_quoted_with_the_cells_that_missed_its_held_out_aim():
+    """Where the class swap's held-out range is given, so is every cell below dspy.GEPA's − 0.02, with its
+    difference: a reader must not have to find the miss in a table."""
+    missed = [name for name in plotter.CELLS if f"class swap held-out vs dspy.GEPA {name}" in FIGURES]
+    assert FIGURES["class swap cells below the aim"] == (", ".join(missed) if missed else "none")
+    for page in CLASS_SWAP_PAGES:
+        for name in missed:
+            assert name in PAGES[page], f"{page} gives the class swap's held-out without naming its miss in {name}"
+            assert FIGURES[f"class swap held-out vs dspy.GEPA {name}"] in PAGES[page], (page, name)
+    for name in missed:
+        assert FIGURES[f"class swap held-out vs dspy.GEPA {name} per seed"] in PAGES["docs/benchmarks.md"], name
+
+
 def test_the_front_pages_quote_no_speedup_range_the_results_do_not_give():
     """Every "a.b-c.d×" on the README, the home page and the Benchmarks page's headline table is a headline figure."""
     known = {value for value in FIGURES.values() if value.endswith("×")}
@@ -84,6 +103,7 @@ def test_the_front_pages_quote_no_speedup_range_the_results_do_not_give():
 
 def test_the_benchmarks_pages_tables_are_computed_from_the_results():
     benchmarks = PAGES["docs/benchmarks.md"]
+    assert plotter.table_class_swap() in benchmarks
     assert plotter.table_w16() in benchmarks
     assert plotter.table_width() in benchmarks
 

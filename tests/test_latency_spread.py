@@ -65,8 +65,8 @@ def test_a_longer_tail_never_makes_a_run_quicker(schedule, p, n, selection):
 
 
 def _auto_line(out: str) -> float:
-    line = next(line for line in out.splitlines() if line.startswith("p='auto'"))
-    return float(line.split(": ")[1].split(" s,")[0])
+    line = next(line for line in out.splitlines() if line.startswith("defaults: p='auto'"))
+    return float(line.split("within the budget): ")[1].split(" s,")[0])
 
 
 def test_plan_takes_the_spread_and_predicts_a_wide_run_slower(capsys):

@@ -19,6 +19,7 @@ from dspy_pxn.testing.mlflow_server import MlflowServer, free_port
 from dspy_pxn.tracking import MODEL_TAG, MlflowTracker, import_step_log, sweep
 from dspy_pxn.tracking.lineage import MERGED, NO_PROPOSAL, VALIDATED
 from dspy_pxn.tracking.model import MODEL_SOURCE_NAME, PROGRAM_TAG
+from tests.budgets import smallest_step
 
 
 @pytest.fixture(scope="module")
@@ -260,8 +261,8 @@ def test_a_registry_that_is_down_at_the_end_loses_no_model_the_import_logs_it(
     log_dir = str(tmp_path / "run")
     try:
         def stop_the_server_when_the_search_ends(record):
-            if record.metric_calls_total + 3 > record.budget - 8:  # no room for another step: the end is near
-                tracking.kill()
+            if record.budget - record.metric_calls_total < smallest_step(record.minibatch_size, record.val_size):
+                tracking.kill()  # no room for another step: the end is near
 
         program, val = compile_tracked(lm_server, p=2, n=1, max_metric_calls=60, tracking_uri=tracking.uri,
                                        experiment="down", log_dir=log_dir,

@@ -63,15 +63,6 @@ def test_a_gepa_result_without_metric_calls_still_returns_the_program(task_lm, s
     assert "without detailed_results" in caplog.text
 
 
-def test_a_budget_that_buys_no_step_is_refused_before_any_lm_call(splits):
-    lm = sim.SimulatedLM()
-    train, val, _ = splits
-    with dspy.context(lm=lm), pytest.raises(ValueError, match="smallest budget that buys one step is 30"):
-        BatchedGEPA(metric=sim.metric, max_metric_calls=29, reflection_lm=sim.SimulatedLM()).compile(
-            seed_program(), trainset=train, valset=val)
-    assert lm.stats()["calls"]["task"] == 0
-
-
 def test_the_adapter_is_seeded_as_dspy_gepa_seeds_it_and_its_state_is_saved(task_lm, splits, monkeypatch, tmp_path):
     """dspy's adapter picks which of a predictor's calls reflection reads with its own generator: dspy.GEPA
     seeds it with ``seed``, and a resumed run must continue it, so it rides in gepa's saved state."""

@@ -105,7 +105,9 @@ def test_budget_guard_sizes_steps():
     assert guard.max_proposals(state) == 5  # 5·(3+3) + 20 = 50
     assert guard.max_validations(state) == 2
     assert guard.smallest_step() == 26
-    assert BudgetGuard(100, 20, 1, crossover=True).smallest_step() == 25  # a crossover: 5 + 20
+    crossing = BudgetGuard(100, 20, 1, crossover=True)
+    assert crossing.smallest_step() == 22  # no crossover due: a reflective step, 2·1 + 20
+    assert crossing.smallest_step(crossover_due=True) == 25  # a crossover first: 5 + 20
 
 
 def proposal(before, after):

@@ -46,9 +46,10 @@ def _run_options(parser: argparse.ArgumentParser, demo: bool = False) -> None:
     parser.add_argument("--budget", type=int, default=d.get("budget", 300), help="B: max metric calls")
     parser.add_argument("--minibatch-size", type=int, default=d.get("minibatch_size", 3), help="reflection minibatch")
     parser.add_argument("--selection", help="all | best | merge | merge+best | k (top-k): which improving children "
-                                            "are validated (default: all at 1x1, merge above)")
+                                            "are validated (default: all at one proposal per step, merge above)")
     parser.add_argument("--schedule", choices=("steps", "async"),
-                        help="steps (a barrier per step) or async (P*N pipelines in flight; default above 1x1)")
+                        help="steps (a barrier per step) or async (P*N pipelines in flight; the default above one "
+                             "proposal per step)")
     parser.add_argument("--data-dir", help="folder with livebench_math/, hover/, gsm8k/ (default $DSPY_PXN_DATA_DIR)")
     parser.add_argument("--online", action="store_true",
                         help="download the data set from the Hugging Face hub instead (needs network and `datasets`)")

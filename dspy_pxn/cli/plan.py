@@ -12,6 +12,7 @@ from dspy_pxn.ledger.budget import RunShape
 from dspy_pxn.cli.errors import UsageError
 from dspy_pxn.cli.output import duration
 from dspy_pxn.planning import RuntimeModel, parse_shapes, shapes_for
+from dspy_pxn.planning.measured import measured
 from dspy_pxn.records import STEP_LOG_NAME, StepRecord, read_step_log
 from dspy_pxn.selection import parse as parse_selection
 from dspy_pxn.width import auto_width
@@ -132,9 +133,15 @@ def plan_command(args: argparse.Namespace) -> int:
     front = model.front(predictions)
     ranked = (front + sorted((pr for pr in predictions if pr not in front), key=lambda pr: pr.wall_s))[: args.top]
     reference = model.predict(1, 1, shape, "all")
+    defaults = model.predict(auto_width(shape), 1, shape, "merge", "async")  # BatchedGEPA() with no p, n, ...
+    if not any(same_setting(pr, defaults) for pr in ranked):
+        ranked.append(defaults)
     target = args.min_generations if args.min_generations is not None else reference.generations / 2
-    deep_enough = [pr for pr in front if pr.generations >= target]
-    pick = deep_enough[0] if deep_enough else front[-1]
+    # The defaults were measured to keep dspy.GEPA's held-out score at their own depth (W 16, 64 and 256).
+    eligible = [pr for pr in predictions if pr.generations >= target and held_out_measured(pr)]
+    pick = min([*eligible, defaults], key=lambda pr: pr.wall_s)
+    if not any(same_setting(pr, pick) for pr in ranked):
+        ranked.append(pick)
 
     spread = f", p99/p50 {model.latency_p99_ratio:g} (T_e and T_r are medians)" if model.latency_p99_ratio > 1 else ""
     print(f"model {source}: T_e={model.task_s:.3g} s, T_r={model.reflection_s:.3g} s, "
@@ -145,20 +152,34 @@ def plan_command(args: argparse.Namespace) -> int:
         print(bought)
     if fit_check:
         print(fit_check)
-    print("\nSettings on the front (no other is both faster and deeper) first, fastest first; generations are the\n"
-          "times the pool grows, the depth a search can reach at this budget.\n")
-    print("| rank | schedule | P×N | selection | predicted wall | x floor | generations | iterations | binds | front |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("\nSettings on the front (no other is both faster and deeper) first, fastest first, and BatchedGEPA's\n"
+          "defaults; generations are the times the pool grows, the depth a search can reach at this budget.\n"
+          "The model predicts time, not quality: 'held-out' says whether the benchmarks measured the setting's\n"
+          "held-out score against dspy.GEPA's (docs/benchmarks.md).\n")
+    print("| rank | schedule | P×N | selection | predicted wall | x floor | generations | iterations | binds | front "
+          "| held-out |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for rank, pr in enumerate(ranked, 1):
-        print(f"| {rank} | {pr.schedule} | {pr.p}×{pr.n} | {pr.selection} | {duration(pr.wall_s)} | {pr.x_floor:.2f} "
-              f"| {pr.generations:.1f} | {pr.iterations} | {pr.binding} | {'yes' if pr in front else ''} |")
-    print(f"\npick {pr_name(pick)}: the fastest setting on the front with at least {target:.1f} generations "
-          f"(--min-generations; default half of 1×1's): {duration(pick.wall_s)}, {pick.generations:.1f} generations, "
-          f"bound by {pick.binding}.")
-    auto = model.predict(auto_width(shape), 1, shape, "merge", "async")
-    print(f"p='auto' runs {pr_name(auto)} here (the pool's width within the budget): {duration(auto.wall_s)}, "
-          f"{auto.x_floor:.2f}x the floor, {auto.generations:.1f} generations.")
+        label = "defaults" if same_setting(pr, defaults) else str(rank)
+        print(f"| {label} | {pr.schedule} | {pr.p}×{pr.n} | {pr.selection} | {duration(pr.wall_s)} | {pr.x_floor:.2f} "
+              f"| {pr.generations:.1f} | {pr.iterations} | {pr.binding} | {'yes' if pr in front else ''} "
+              f"| {'measured' if held_out_measured(pr) or pr is defaults else 'never measured'} |")
+    print(f"\ndefaults: p='auto' runs {pr_name(defaults)} here (one proposal per worker, within the budget): "
+          f"{duration(defaults.wall_s)}, {defaults.x_floor:.2f}x the floor, {defaults.generations:.1f} generations.")
+    print(f"pick {pr_name(pick)}: " + (
+        f"the fastest of the defaults and the settings with a measured held-out score and at least {target:.1f} "
+        f"generations (--min-generations; default half of 1×1's): {duration(pick.wall_s)}, {pick.generations:.1f} "
+        f"generations, bound by {pick.binding}" + (" (the defaults)." if pick is defaults else ".")))
     return 0
+
+
+def same_setting(prediction, other) -> bool:
+    return (prediction.schedule, prediction.p, prediction.n, prediction.selection) == (
+        other.schedule, other.p, other.n, other.selection)
+
+
+def held_out_measured(prediction) -> bool:
+    return measured(prediction.schedule, prediction.p, prediction.n, prediction.selection) is not None
 
 
 def pr_name(prediction) -> str:

@@ -48,39 +48,6 @@ class RunShape:
             )
 
 
-# auto="light" | "medium" | "heavy": proposals per component the run makes (round robin rewrites one
-# component per proposal, so each gets this many rewrites), as dspy's levels name 6, 12 and 18 candidates.
-PROPOSALS_PER_COMPONENT = {"light": 6, "medium": 12, "heavy": 18}
-
-
-@dataclass(frozen=True)
-class AutoBudget:
-    """What ``auto`` means for one run: a number of proposals, and the metric calls that pay for them.
-
-    Proposals come in steps of P·N, so the number is rounded up to whole steps. The budget pays for
-    the seed's validation and, for every proposal, its screening (parent and child on a minibatch of
-    m) and a full validation: the most any selection asks for, so the run always makes its stated
-    proposals and stops there, usually well under the budget (a child that does not improve is
-    never validated).
-    """
-
-    level: str
-    proposals: int
-    metric_calls: int
-
-    @classmethod
-    def of(cls, level: str, components: int, val_size: int, minibatch_size: int, width: int) -> AutoBudget:
-        wanted = PROPOSALS_PER_COMPONENT[level] * max(components, 1)
-        proposals = -(-wanted // width) * width
-        return cls(level, proposals, val_size + proposals * (2 * minibatch_size + val_size))
-
-    def explained(self, components: int, val_size: int, minibatch_size: int) -> str:
-        return (f"auto={self.level!r}: {self.proposals} proposals ({PROPOSALS_PER_COMPONENT[self.level]} per component "
-                f"x {components}, in whole steps), at most {self.metric_calls} metric calls (the seed on |val|={val_size}, "
-                f"and per proposal 2x{minibatch_size} to screen and {val_size} to validate); the run stops after "
-                f"{self.proposals} proposals.")
-
-
 class BudgetGuard:
     """Plans the run's work so it never spends more than ``max_metric_calls``.
 
@@ -94,15 +61,12 @@ class BudgetGuard:
     that makes them holds its own lock around them and around the state they are spent in.
     """
 
-    def __init__(self, max_metric_calls: int, valset_size: int, minibatch_size: int, crossover: bool = False,
-                 max_proposals: int | None = None):
+    def __init__(self, max_metric_calls: int, valset_size: int, minibatch_size: int, crossover: bool = False):
         self.max_metric_calls = max_metric_calls
         self.valset_size = valset_size
         self.minibatch_size = minibatch_size
-        self.crossover = crossover  # gepa's crossover merge (use_merge=True) may replace a step
+        self.crossover = crossover  # gepa's crossover (use_merge=True) may replace a step, or run beside them
         self.reserved = 0  # calls promised to work in flight, not yet spent
-        self.max_proposals_total = max_proposals  # auto="light" | "medium" | "heavy": the run's stated proposals
-        self.proposals_started = 0
 
     @classmethod
     def of(cls, shape: RunShape, crossover: bool = False) -> BudgetGuard:
@@ -120,17 +84,18 @@ class BudgetGuard:
     def validations_affordable(self, remaining: float) -> int:
         return max(0, int(remaining // self.valset_size))
 
-    def can_step(self, remaining: float) -> bool:
-        return remaining >= self.smallest_step()
+    def can_step(self, remaining: float, crossover_due: bool = False) -> bool:
+        return remaining >= self.smallest_step(crossover_due)
 
     def proposal_cost(self) -> int:
         """Calls to screen one proposal: its parent and its child on one minibatch each."""
         return 2 * self.minibatch_size
 
-    def smallest_step(self) -> int:
-        """Calls needed for one proposal that is screened and validated (or one crossover)."""
+    def smallest_step(self, crossover_due: bool = False) -> int:
+        """Calls needed for one proposal that is screened and validated, or for the crossover gepa's step
+        loop tries first when one is due (it takes the step: screened on a few val examples, validated)."""
         reflective = self.proposal_cost() + self.valset_size
-        crossover = CROSSOVER_SUBSAMPLE_CALLS + self.valset_size if self.crossover else 0
+        crossover = CROSSOVER_SUBSAMPLE_CALLS + self.valset_size if self.crossover and crossover_due else 0
         return max(reflective, crossover)
 
     def smallest_budget(self) -> int:
@@ -143,16 +108,7 @@ class BudgetGuard:
         return self.max_metric_calls - state.total_num_evals - self.reserved
 
     def max_proposals(self, state: SpendsMetricCalls) -> int:
-        return min(self.widest_step(self.remaining(state)), self.proposals_left())
-
-    def proposals_left(self) -> int:
-        """Proposals the run may still start: all the budget pays for, or what is left of its stated number."""
-        if self.max_proposals_total is None:
-            return self.max_metric_calls
-        return max(0, self.max_proposals_total - self.proposals_started)
-
-    def started(self, proposals: int) -> None:
-        self.proposals_started += proposals
+        return self.widest_step(self.remaining(state))
 
     def max_validations(self, state: SpendsMetricCalls) -> int:
         return self.validations_affordable(self.remaining(state))
@@ -163,7 +119,14 @@ class BudgetGuard:
         if self.max_proposals(state) < 1:
             return False
         self.reserved += self.proposal_cost()
-        self.started(1)
+        return True
+
+    def reserve_crossover(self, state: SpendsMetricCalls) -> bool:
+        """Promise one crossover's screening (gepa scores it on a few val examples), if |val| stays free
+        beside it for its validation."""
+        if self.remaining(state) < CROSSOVER_SUBSAMPLE_CALLS + self.valset_size:
+            return False
+        self.reserved += CROSSOVER_SUBSAMPLE_CALLS
         return True
 
     def reserve_validations(self, state: SpendsMetricCalls, wanted: int) -> int:

@@ -31,11 +31,13 @@ from dspy.utils.callback import BaseCallback
 
 from dspy_pxn.ledger.ledger import RunLedger, calls_in_progress
 
-__all__ = ["FEED", "active_ledgers", "feeding", "leave_unfed", "reachable_lms"]
+__all__ = ["FEED", "active_ledgers", "feeding", "hearing_replies", "leave_unfed", "reachable_lms"]
 
 # The DSPy setting that holds the ledgers a run made active (``feeding``). A setting, not a context
 # variable of ours: dspy.Parallel inside a program runs its items in threads that get DSPy's settings only.
 LEDGERS_SETTING = "dspy_pxn_ledgers"
+# The DSPy setting that holds a reflection job's list of the raw replies its LM calls returned (``hearing``).
+REPLIES_SETTING = "dspy_pxn_replies"
 
 
 def active_ledgers() -> tuple[RunLedger, ...]:
@@ -56,6 +58,10 @@ class _Feed(BaseCallback):
     def on_lm_end(self, call_id: str, outputs: Any, exception: BaseException | None = None) -> None:
         for ledger in active_ledgers():
             ledger.call_ended(call_id, exception)
+        replies = dspy.settings.get(REPLIES_SETTING, None)
+        if replies is not None and exception is None and outputs:
+            first = outputs[0] if isinstance(outputs, list) else outputs
+            replies.append(str(first.get("text", first) if isinstance(first, dict) else first))
 
     def __reduce__(self) -> str:
         return "FEED"  # pickled by name, and copy.copy/deepcopy return the object itself
@@ -104,6 +110,16 @@ def feeding(ledger: RunLedger, lms: Iterable[Any]) -> Iterator[None]:
                 if not _feeding[id(lm)]:
                     del _feeding[id(lm)]
                     _drop(lm)
+
+
+@contextmanager
+def hearing_replies() -> Iterator[list[str]]:
+    """The raw replies of the LM calls made in this context, as they return: what a reflection job's LM said
+    (DSPy's proposer keeps only what it parsed). Heard at the run's LMs by ``FEED``, so the job's context
+    keeps DSPy's callbacks as they are."""
+    replies: list[str] = []
+    with dspy.context(**{REPLIES_SETTING: replies}):
+        yield replies
 
 
 def leave_unfed(program: Any) -> None:

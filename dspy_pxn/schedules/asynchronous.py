@@ -34,6 +34,9 @@ caps cannot pay for or finish at the costs and latencies measured so far; once a
 (the run's ``stop`` is refusing), nothing more is launched, the work in flight drains, and the state
 is the result.
 
+gepa's crossover (``use_merge=True``, dspy.GEPA's default) runs beside the pipelines, in one of their
+slots, when a validation has added candidates (``schedules.crossover``).
+
 One StepRecord is written per *window*: the work that finished between the end of one
 validation and the end of the next. A window begins with its first event, so none is
 empty, and the iteration it is to gepa is counted then. Async runs are not
@@ -60,6 +63,7 @@ from dspy_pxn import selection as selections
 from dspy_pxn import width as widths
 from dspy_pxn.events import Phase, StepListener, override
 from dspy_pxn.ledger.caps import CapReached, seed_validation_paid
+from dspy_pxn.schedules.crossover import MERGE_TAG, AsyncCrossover, valset_evaluation
 from dspy_pxn.schedules.gepa_events import GepaNotifier, pareto_front
 from dspy_pxn.schedules.parts import GepaParts
 
@@ -115,6 +119,11 @@ class AsyncSchedule(StepListener):
         self.unscreened_children = 0
         self.unselected_calls = 0
         self.reflecting: dict[str, ProposalTask] = {}  # pipelines waiting on their reflection, by proposal id
+        optimizer = run.optimizer
+        self.crossover = AsyncCrossover(
+            live.adapter, self.valset, run.guard, self.lock, self.parts.rng, optimizer.max_merge_invocations,
+            optimizer.gepa_kwargs.get("merge_val_overlap_floor", 5), live.gepa_callbacks,
+        ) if optimizer.use_merge else None  # gepa's crossover, beside the pipelines
 
     # ------------------------------------------------------------------------------ the run
     def search(self) -> GEPAState:
@@ -130,7 +139,7 @@ class AsyncSchedule(StepListener):
         error: BaseException | None = None
         try:
             while True:
-                if error is None and not self.stop.refusing:
+                if error is None and not self.stop.refusing and not self._stopped_by_user():
                     self._launch(pipelines, in_flight)
                     validating = sum(kind == "validation" for kind in in_flight.values())
                     if widths.starts_validation(validating, len(queued)):
@@ -151,8 +160,9 @@ class AsyncSchedule(StepListener):
                     except BaseException as failure:  # noqa: BLE001 - stop launching, drain, then raise
                         error = error or failure
                         continue
-                    if kind == "validation":
-                        self._validated(outcome)
+                    if kind in ("validation", "crossover"):
+                        if outcome is not None:
+                            self._validated(outcome)
                     elif outcome is not None and outcome.improved:  # an improving child queues for validation
                         queued.append(outcome.proposal)
                     elif outcome is not None:  # any other is rejected now
@@ -183,7 +193,7 @@ class AsyncSchedule(StepListener):
         optimizer = self.run.optimizer
         state = initialize_gepa_state(
             run_dir=optimizer.log_dir, logger=LoggerAdapter(logger), seed_candidate=self.run.seed_candidate,
-            seed_valset_evaluation=_valset_evaluation(ids, evaluation), track_best_outputs=optimizer.track_best_outputs,
+            seed_valset_evaluation=valset_evaluation(ids, evaluation), track_best_outputs=optimizer.track_best_outputs,
         )
         self.live.adapter.set_adapter_state(state.adapter_state)
         self.notify.seed_validated(state, len(ids))
@@ -243,13 +253,17 @@ class AsyncSchedule(StepListener):
     def _launch(self, executor: ThreadPoolExecutor, in_flight: dict[Future, str]) -> None:
         """Start pipelines until ``width`` are in flight or the budget has no room for another."""
         m, val_waves = self.guard.minibatch_size, self._waves(self.guard.valset_size)
-        while (pipelines := sum(kind == "proposal" for kind in in_flight.values())) < self.width:
+        while (pipelines := sum(kind != "validation" for kind in in_flight.values())) < self.width:
             with self.lock:
                 # Dollars for this pipeline and those in flight, and one validation; time for its critical path.
                 if self.caps is not None and self.caps.blocks(
                         rollouts=(pipelines + 1) * 2 * m + self.guard.valset_size, reflections=pipelines + 1,
                         rollout_waves=2 + val_waves, reflections_in_series=1):
                     return
+                if self.crossover is not None and self.crossover.start(self.state):
+                    run_crossover = contextvars.copy_context().run
+                    in_flight[executor.submit(run_crossover, self._crossover)] = "crossover"
+                    continue
                 if not self.guard.reserve_proposal(self.state):
                     return
                 parent = self.parts.candidate_selector.select_candidate_idx(self.state)
@@ -342,14 +356,23 @@ class AsyncSchedule(StepListener):
                     "children; their LM calls finish in the background, outside this run's usage and LM call "
                     "counts (lm_call_counts.abandoned counts them).", left_in_flight)
 
+    def _stopped_by_user(self) -> bool:
+        """Whether a stopper passed in ``gepa_kwargs["stop_callbacks"]`` says the run is over (no more launches)."""
+        with self.lock:
+            return any(stopper(self.state) for stopper in self.run.optimizer.stop_callbacks)
+
+    def _crossover(self) -> _Validated | None:
+        crossed = self.crossover.attempt(lambda: self.state, self.notify)
+        return None if crossed is None else _Validated([crossed.proposal], [crossed.evaluation], [], crossed.discovered_at)
+
     # ------------------------------------------------------------------------------ validation
     def _validate(self, executor: ThreadPoolExecutor, in_flight: dict[Future, str],
                   batch: list[CandidateProposal]) -> None:
         """Reserve the validations the selection may ask for, then select and validate off the driver
         thread (a sibling merge's reflection call must not hold up the pipelines)."""
         with self.lock:
-            wanted = selections.kept(self.run.optimizer.selection, len(batch))
-            merges = int(self.run.optimizer.selection in selections.MERGES)
+            wanted = selections.kept(self.run.selection, len(batch))
+            merges = int(self.run.selection in selections.MERGES)
             val = self.guard.valset_size
             if self.caps is not None and self.caps.blocks(rollouts=wanted * val, reflections=merges,
                                                           rollout_waves=self._waves(wanted * val),
@@ -381,7 +404,7 @@ class AsyncSchedule(StepListener):
         evaluations = self.live.adapter.batch_evaluate([(p.candidate, examples) for p in selected],
                                                        capture_traces=False, phase="validation")
         chosen = {id(p) for p in selected}
-        return _Validated(selected, [_valset_evaluation(ids, e) for e in evaluations],
+        return _Validated(selected, [valset_evaluation(ids, e) for e in evaluations],
                           [p for p in batch if id(p) not in chosen], discovered_at)
 
     def _validated(self, validated: _Validated) -> None:
@@ -398,6 +421,9 @@ class AsyncSchedule(StepListener):
                 return
             self._start_window()
             for proposal, evaluation in zip(validated.selected, validated.evaluations, strict=True):
+                crossed = proposal.tag == MERGE_TAG
+                if crossed:
+                    self.live.recorder.on_merge_attempted({})  # the window's validation is a crossover's
                 front_before = pareto_front(state)
                 state.num_full_ds_evals += 1
                 index = state.update_state_with_new_program(
@@ -408,14 +434,10 @@ class AsyncSchedule(StepListener):
                 state.full_program_trace[-1].setdefault("new_program_indices", []).append(index)
                 self.live.recorder.accepted(index)
                 self.notify.validated(state, index, proposal, evaluation, len(self.valset), front_before)
+                if crossed:
+                    self.crossover.accepted()
+                    self.notify.merge_accepted(state, index, proposal)
+                elif self.crossover is not None:
+                    self.crossover.found_new_program()
             self.accepted_in_window = True
             self._end_window()
-
-
-def _valset_evaluation(ids: list[Any], evaluation: Any) -> ValsetEvaluation:
-    objectives = list(evaluation.objective_scores) if evaluation.objective_scores else None
-    return ValsetEvaluation(
-        outputs_by_val_id=dict(zip(ids, evaluation.outputs, strict=False)),
-        scores_by_val_id=dict(zip(ids, evaluation.scores, strict=False)),
-        objective_scores_by_val_id=dict(zip(ids, objectives, strict=False)) if objectives else None,
-    )

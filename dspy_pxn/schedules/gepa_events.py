@@ -20,6 +20,9 @@ from gepa.core.callbacks import (
     CandidateRejectedEvent,
     IterationEndEvent,
     IterationStartEvent,
+    MergeAcceptedEvent,
+    MergeAttemptedEvent,
+    MergeRejectedEvent,
     OptimizationEndEvent,
     OptimizationStartEvent,
     ParetoFrontUpdatedEvent,
@@ -107,6 +110,23 @@ class GepaNotifier:
             "minibatch_ids": list(proposal.subsample_indices if proposal is not None else minibatch_ids),
             "scores": list(scores), "candidate": candidate, "val_score": val_score,
         })
+
+    def merge_attempted(self, state: GEPAState, proposal: CandidateProposal) -> None:
+        self._tell("on_merge_attempted", MergeAttemptedEvent(
+            iteration=state.i + 1, parent_ids=list(proposal.parent_program_ids), merged_candidate=proposal.candidate))
+
+    def merge_rejected(self, state: GEPAState, proposal: CandidateProposal) -> None:
+        """A crossover scored below its better parent on its val examples (gepa's engine's words)."""
+        before, after = proposal.subsample_scores_before, sum(proposal.subsample_scores_after or ())
+        self._tell("on_merge_rejected", MergeRejectedEvent(
+            iteration=state.i + 1, parent_ids=list(proposal.parent_program_ids),
+            reason=f"Merged score {after} worse than both parents {before}"))
+        self.decided(proposal.parent_program_ids[0], "not_improved", "the crossover scored below its better parent",
+                     proposal)
+
+    def merge_accepted(self, state: GEPAState, index: int, proposal: CandidateProposal) -> None:
+        self._tell("on_merge_accepted", MergeAcceptedEvent(
+            iteration=state.i + 1, new_candidate_idx=index, parent_ids=list(proposal.parent_program_ids)))
 
     def optimization_end(self, state: GEPAState) -> None:
         self._tell("on_optimization_end", OptimizationEndEvent(

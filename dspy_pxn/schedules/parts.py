@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # types only: the run imports the schedules, never the other 
 class GepaParts:
     """The run's parent selector, minibatch sampler, component selector, reflection and selection."""
 
+    rng: random.Random  # shared by parent selection, minibatches and the crossover, as in gepa.optimize
     candidate_selector: CandidateSelector
     sampler: SequentialMinibatchSampler
     component_selector: Any  # a gepa ReflectionComponentSelector
@@ -49,9 +50,10 @@ class GepaParts:
         sampler = SequentialMinibatchSampler(optimizer.reflection_minibatch_size, rng)
         # Their state is saved with gepa's, through the adapter's state hook (dspy_pxn.resume).
         live.adapter.checkpoint = RunCheckpoint(run.description.resume_settings(), sampler, rng,
-                                                dollars_spent=live.ledger.spent_usd, guard=run.guard)
+                                                dollars_spent=live.ledger.spent_usd)
         selector = optimizer.candidate_selection_strategy
         return cls(
+            rng=rng,
             candidate_selector=CANDIDATE_SELECTORS[selector](rng) if isinstance(selector, str) else selector,
             sampler=sampler,
             component_selector=component_selector(optimizer.component_selector),
@@ -62,7 +64,7 @@ class GepaParts:
 
 def selection_strategy(run: Run, live: Live) -> SelectionStrategy:
     """The gepa selection strategy the run asked for; a sibling merge needs the reflection LM and the pool."""
-    selection = run.optimizer.selection
+    selection = run.selection
     if selection in selections.MERGES:
         return SiblingMerge(run.reflection_lm, live.pool, code_components=run.code_components,
                             keep_best=selection == "merge+best", events=live.events)

@@ -11,12 +11,16 @@
 A cap that refuses an LM call mid-step (``ledger.caps.CapReached``) ends gepa's loop by raising through
 it; the state gepa was driving is then the result, as if its loop had stopped there.
 
-At P = N = 1 this is dspy.GEPA's run, candidate for candidate (``tests/test_batched_gepa.py``).
+At P = N = 1 this is dspy.GEPA's run, candidate for candidate (``tests/test_batched_gepa.py``), the
+crossover included: gepa.optimize draws parents, minibatches and crossovers from one random generator
+it makes itself, so the run's parent selector is gepa's (named, not built here) and its minibatches
+draw from that selector's generator (``OnGepasGenerator``).
 """
 
 from __future__ import annotations
 
 import logging
+import random
 from typing import TYPE_CHECKING, Any
 
 import gepa
@@ -25,6 +29,7 @@ from gepa.core.result import GEPAResult
 from gepa.core.state import GEPAState
 
 from dspy_pxn.ledger.caps import CapReached, seed_validation_paid
+from dspy_pxn.resume import RunCheckpoint
 from dspy_pxn.schedules.parts import GepaParts
 from dspy_pxn.strategies import CapsStopper, DistinctParentsPxN, ExactBudgetStopper
 
@@ -43,23 +48,26 @@ class StepSchedule:
         # gepa's loop does not say which evaluations are the parents' or which phase a step is in:
         # the adapter follows the step's events.
         live.events.add(live.adapter)
-        stoppers: list[Any] = [ExactBudgetStopper(run.guard)]
+        crossover = CrossoverDue(optimizer.max_merge_invocations)
+        stoppers: list[Any] = [ExactBudgetStopper(run.guard, crossover.due), *optimizer.stop_callbacks]
         if live.caps is not None:
             stoppers.append(CapsStopper(live.caps, run.guard, run.p * run.n, live.pool.num_workers))
         driven = StateDriven()
+        selector = optimizer.candidate_selection_strategy  # a name: gepa builds it on its own generator
         try:
             return gepa.optimize(
                 seed_candidate=run.seed_candidate,
                 trainset=run.trainset,
                 valset=run.valset,
                 adapter=live.adapter,
-                candidate_selection_strategy=parts.candidate_selector,
+                candidate_selection_strategy=selector if isinstance(selector, str) else parts.candidate_selector,
                 batch_sampler=parts.sampler,
-                sampling_strategy=DistinctParentsPxN(run.p, run.n, run.guard, live.events),
+                sampling_strategy=OnGepasGenerator(DistinctParentsPxN(run.p, run.n, run.guard, live.events), parts,
+                                                   live.adapter.checkpoint),
                 selection_strategy=parts.selection,
                 reflection_strategy=parts.reflection,
                 stop_callbacks=stoppers,
-                callbacks=[driven, live.recorder, *live.gepa_callbacks],
+                callbacks=[driven, crossover, live.recorder, *live.gepa_callbacks],
                 skip_perfect_score=optimizer.skip_perfect_score,
                 perfect_score=optimizer.perfect_score,
                 module_selector=parts.component_selector,
@@ -85,6 +93,67 @@ class StepSchedule:
             state.adapter_state = dict(live.adapter.get_adapter_state())
             state.save(optimizer.log_dir, use_cloudpickle=bool(optimizer.gepa_kwargs.get("use_cloudpickle")))
             return GEPAResult.from_state(state, run_dir=optimizer.log_dir, seed=optimizer.seed)
+
+
+class OnGepasGenerator:
+    """The step loop's sampling, drawing from gepa's own random generator.
+
+    gepa.optimize makes one generator and hands it to the parent selector it builds from a name, to
+    its minibatch sampler and to its crossover (``MergeProposer``), so in dspy.GEPA a crossover's draws
+    move the parents and minibatches that follow. The run's sampler is dspy-pxn's (a fresh minibatch
+    per task), so before the first draw it is moved onto the selector's generator, which takes the
+    state the run's own generator has (a resumed run's, restored from its checkpoint); the checkpoint
+    then saves that one. A selector without a generator (``"current_best"``, one passed in) leaves
+    the sampler on the run's.
+    """
+
+    def __init__(self, sampling: DistinctParentsPxN, parts: GepaParts, checkpoint: RunCheckpoint | None):
+        self.sampling, self.parts, self.checkpoint = sampling, parts, checkpoint
+        self.moved = False
+
+    def sample_tasks(self, state: GEPAState, candidate_selector: Any, batch_sampler: Any, trainset: Any) -> list:
+        if not self.moved:
+            self.moved = True
+            gepas = getattr(candidate_selector, "rng", None)
+            if isinstance(gepas, random.Random) and gepas is not self.parts.rng:
+                gepas.setstate(self.parts.rng.getstate())
+                batch_sampler.rng = gepas
+                if self.checkpoint is not None:
+                    self.checkpoint.rng = gepas
+        return self.sampling.sample_tasks(state, candidate_selector, batch_sampler, trainset)
+
+
+class CrossoverDue:
+    """Whether gepa's loop tries a crossover next (``use_merge``), heard through its callbacks, so the budget
+    stopper reserves a crossover's calls only when one may take the next step.
+
+    gepa's ``MergeProposer`` keeps this to itself: a crossover is due after an iteration that accepted a
+    reflective candidate, while fewer than ``max_merge_invocations`` crossovers were accepted, once per
+    candidate accepted; each iteration clears the "after" whether it tries one or not.
+    """
+
+    def __init__(self, max_merge_invocations: int):
+        self.max_merge_invocations = max_merge_invocations
+        self.owed = self.accepted = 0
+        self.found_last_iteration = self.crossing = False
+
+    def due(self) -> bool:
+        return self.owed > 0 and self.found_last_iteration
+
+    def on_iteration_start(self, event: Any) -> None:
+        self.found_last_iteration = self.crossing = False
+
+    def on_merge_accepted(self, event: Any) -> None:
+        self.crossing = True  # gepa tells the crossover's candidate accepted next: not a reflective one
+        self.owed -= 1
+        self.accepted += 1
+
+    def on_candidate_accepted(self, event: Any) -> None:
+        if self.crossing:
+            return
+        self.found_last_iteration = True
+        if self.accepted < self.max_merge_invocations:
+            self.owed += 1
 
 
 class StateDriven:

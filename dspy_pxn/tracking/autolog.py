@@ -24,8 +24,12 @@ def _config(key: str) -> Any:
     if "mlflow" not in sys.modules:
         return None
     import dspy
-    from mlflow.dspy.callback import MlflowCallback
-    from mlflow.utils.autologging_utils import autologging_is_disabled, get_autologging_config
+
+    try:
+        from mlflow.dspy.callback import MlflowCallback
+        from mlflow.utils.autologging_utils import autologging_is_disabled, get_autologging_config
+    except ImportError:  # a module named mlflow that is not MLflow (a stand-in, a partial install): no autolog
+        return None
 
     if autologging_is_disabled(FLAVOR) or not any(isinstance(c, MlflowCallback) for c in dspy.settings.callbacks):
         return None

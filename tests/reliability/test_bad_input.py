@@ -10,6 +10,7 @@ import math
 import os
 
 import dspy
+import numpy as np
 import pytest
 
 from dspy_pxn import BatchedGEPA
@@ -90,6 +91,25 @@ def test_bool_scores_are_accepted_silently(splits, caplog):
     assert not [r for r in caplog.records if "Metric" in r.getMessage()]
 
 
+@pytest.mark.parametrize("to_number", [np.float32, np.float64, np.int64, np.bool_, np.array],
+                         ids=["float32", "float64", "int64", "bool_", "0-d array"])
+@pytest.mark.parametrize("in_a_prediction", [False, True], ids=["number", "Prediction(score=...)"])
+def test_a_numpy_score_is_a_real_number_converted_to_a_float_once(splits, caplog, to_number, in_a_prediction):
+    """dspy.GEPA adds numpy scores up (np.isclose gives np.bool_): here too, with no warning and the same result."""
+    def returning(number):
+        def metric(gold, outcome):
+            score = number(outcome.score)
+            return dspy.Prediction(score=score, feedback=outcome.feedback) if in_a_prediction else score
+        return metric_returning(metric)
+
+    plain = run(splits, returning(float), p=1, n=1).detailed_results
+    with caplog.at_level(logging.WARNING, logger="dspy_pxn"):
+        result = run(splits, returning(to_number), p=1, n=1).detailed_results
+    assert not [r for r in caplog.records if "Metric" in r.getMessage()]
+    assert result.val_aggregate_scores == plain.val_aggregate_scores
+    assert all(type(score) is float for subscores in result.val_subscores for score in subscores.values())
+
+
 def test_a_program_that_raises_on_some_inputs_fails_those_rollouts(splits, caplog):
     class Picky(dspy.Module):
         def __init__(self):
@@ -108,14 +128,48 @@ def test_a_program_that_raises_on_some_inputs_fails_those_rollouts(splits, caplo
     assert result.total_metric_calls == len(splits.val) + sum(s.rollouts for s in result.steps)
 
 
+class Broken(dspy.Module):
+    """A program that raises on every example but the ones ``spared`` names: broken, not badly prompted."""
+
+    def __init__(self, spared: str = "never"):
+        super().__init__()
+        self.cot = sim.seed_program()
+        self.spared = spared
+
+    def forward(self, question):
+        if self.spared not in question:
+            return self.missing_helper(question)  # an AttributeError, raised in the program's own code
+        return self.cot(question=question)
+
+
+@pytest.mark.parametrize("schedule", ["steps", "async"])
+def test_a_seed_that_raises_on_every_validation_example_stops_the_run_with_the_programs_own_exception(
+        splits, schedule):
+    lm = sim.SimulatedLM()
+    optimizer = BatchedGEPA(metric=sim.metric, max_metric_calls=60, p=2, n=1, schedule=schedule,
+                            reflection_lm=sim.SimulatedLM())
+    with dspy.context(lm=lm), pytest.raises(AttributeError, match="missing_helper") as raised:
+        optimizer.compile(Broken(), trainset=splits.train, valset=splits.val)
+    notes = "\n".join(getattr(raised.value, "__notes__", []))
+    if hasattr(raised.value, "add_note"):  # Python 3.11+: the exception says which example and where
+        assert f"raised on {len(splits.val)} of the {len(splits.val)} validation examples" in notes
+        assert "question='Apply rule" in notes and "test_bad_input.py" in notes and "in forward" in notes
+    assert raised.traceback[-1].name == "__getattr__" or "forward" in [entry.name for entry in raised.traceback]
+    assert lm.stats()["calls"]["reflection"] == 0  # no search on a broken program
+
+
+def test_a_seed_that_raises_on_some_validation_examples_is_searched_as_under_dspy_gepa(splits):
+    """Occasional failures keep dspy.GEPA's behaviour: scored as failures, logged, the search goes on."""
+    spared = splits.val[0].question.split()[2]  # the rule of the first example: the program answers its questions
+    assert sum(spared in example.question for example in splits.val) >= 1
+    result = run(splits, sim.metric, Broken(spared=spared)).detailed_results
+    assert len(result.candidates) >= 1 and result.total_metric_calls > len(splits.val)
+
+
 # ----------------------------------------------------------------------------- errors up front
-def test_examples_missing_the_programs_input_fields_are_refused_up_front(splits):
-    renamed = [dspy.Example(query=ex.question, answer=ex.answer).with_inputs("query") for ex in splits.val]
+def test_examples_a_forward_cannot_take_are_refused_up_front(splits):
+    """A forward that names its parameters fails on every such example under dspy.GEPA too: refused here, early."""
     optimizer = BatchedGEPA(metric=sim.metric, max_metric_calls=40, reflection_lm=NoCallLM())
-    with dspy.context(lm=NoCallLM()):
-        with pytest.raises(ValueError, match=r"valset\[0\] does not match the program's inputs \(missing input "
-                                             r"field\(s\) \['question'\]\).*with_inputs"):
-            optimizer.compile(sim.seed_program(), trainset=splits.train, valset=renamed)
 
     class Named(dspy.Module):
         def __init__(self):
@@ -126,8 +180,20 @@ def test_examples_missing_the_programs_input_fields_are_refused_up_front(splits)
             return self.cot(question=question)
 
     with dspy.context(lm=NoCallLM()):
-        with pytest.raises(ValueError, match=r"trainset\[0\] does not match .*missing a required argument: 'context'"):
+        with pytest.raises(ValueError, match=r"trainset\[0\] does not match the program's forward\(question, context\) "
+                                             r"\(missing a required argument: 'context'\).*with_inputs"):
             optimizer.compile(Named(), trainset=splits.train, valset=splits.val)
+
+
+def test_examples_missing_a_predictors_input_fields_warn_and_run_as_dspys_predict_does(splits, caplog):
+    """ChainOfThought takes **kwargs: nothing is guessed, and DSPy's Predict warns and runs without the field."""
+    renamed = [dspy.Example(query=ex.question, answer=ex.answer).with_inputs("query") for ex in splits.val]
+    with dspy.context(lm=sim.SimulatedLM()), caplog.at_level(logging.WARNING, logger="dspy_pxn"):
+        best = BatchedGEPA(metric=sim.metric, max_metric_calls=40, p=1, n=1, reflection_lm=sim.SimulatedLM()).compile(
+            sim.seed_program(), trainset=splits.train, valset=renamed)
+    assert sum("valset[0] declares inputs ['query'], without ['question']" in r.getMessage()
+               for r in caplog.records) == 1
+    assert best.detailed_results.total_metric_calls <= 40
 
 
 def test_a_log_dir_that_is_not_writable_is_refused_up_front(splits, tmp_path):

@@ -21,7 +21,10 @@ from tests.conftest import seed_program
 
 # The step loop: deterministic, so a resumed run can be compared candidate by candidate with an
 # uninterrupted one (the async schedule's resume is in test_async.py).
-SETTINGS = dict(p=2, n=2, max_metric_calls=150, num_threads=8, seed=5, schedule="steps", selection="all")
+# gepa saves no schedule of its crossover (use_merge: which are owed), so a resumed run with it owes none until a
+# new candidate joins, as a resumed dspy.GEPA does; "as if never interrupted" is checked without it.
+SETTINGS = dict(p=2, n=2, max_metric_calls=150, num_threads=8, seed=5, schedule="steps", selection="all",
+                use_merge=False)
 SPLITS = dict(seed=0, train=24, val=8, test=1)
 
 RUN_SCRIPT = textwrap.dedent('''
@@ -209,3 +212,69 @@ def test_a_resumed_tracked_run_continues_its_mlflow_run(server, tmp_path):
     outputs = [o.model_id for o in runs[0].outputs.model_outputs]
     assert len(outputs) == 2 and runs[0].data.tags[MODEL_TAG].removeprefix("models:/") in outputs
     assert set(range(1, len(extended.steps) + 1)) <= set(logged)
+
+
+# A tracked run killed at the worst moment for its proposals log: right after a step's rows are written,
+# before the next step saves gepa's state, so the saved state does not include a step whose rows are on file.
+DIE_AFTER_STEP_SCRIPT = textwrap.dedent('''
+    import os, signal, sys, dspy
+    from dspy_pxn import BatchedGEPA, testing as sim
+    url, log_dir = sys.argv[1], sys.argv[2]
+
+    class DieAfterStep:
+        """A gepa callback told after the tracker's lineage: kill -9 as step %(step)d ends."""
+
+        def on_iteration_end(self, event):
+            if event["iteration"] == %(step)d:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    def lm(kind):
+        return dspy.LM(f"openai/sim-{kind}", api_base=url, api_key="sim", cache=False, temperature=0.0,
+                       num_retries=0)
+    train, val, _ = sim.make_splits(**%(splits)r)
+    with dspy.context(lm=lm("task")):
+        BatchedGEPA(metric=sim.metric, reflection_lm=lm("reflection"), log_dir=log_dir, callbacks=[DieAfterStep()],
+                    **%(settings)r).compile(sim.seed_program(), trainset=train, valset=val)
+''')
+
+
+def die_after_step(server, log_dir, settings: dict, step: int, timeout_s: float = 120.0) -> None:
+    """Run ``settings`` in a subprocess that SIGKILLs itself as step ``step`` ends (``DIE_AFTER_STEP_SCRIPT``)."""
+    script = log_dir.parent / "die.py"
+    script.write_text(DIE_AFTER_STEP_SCRIPT % {"splits": SPLITS, "settings": settings, "step": step})
+    env = dict(os.environ, PYTHONPATH=os.getcwd(), LITELLM_LOCAL_MODEL_COST_MAP="True")
+    process = subprocess.run([sys.executable, str(script), server.base_url, str(log_dir)], env=env, check=False,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=timeout_s)
+    assert process.returncode == -signal.SIGKILL, f"run was not killed: {process.stderr.decode()[-2000:]}"
+
+
+@pytest.mark.parametrize("schedule", ["steps", "async"])
+def test_a_resumed_tracked_run_continues_its_proposals_log(server, tmp_path, schedule):
+    import csv
+
+    from dspy_pxn.tracking.lineage import VALIDATED, read_proposals
+
+    tracking = {"schedule": schedule, "tracking_uri": f"sqlite:///{tmp_path}/mlflow.db", "experiment": "lineage"}
+    log_dir = tmp_path / "run"
+    die_after_step(server, log_dir, {**SETTINGS, **tracking}, step=2)
+    before = read_proposals(str(log_dir))
+    completed = load_saved_state(str(log_dir)).i + 1
+    assert max(row.step for row in before) == 2 > completed, "the killed step's rows are on file, not in the state"
+
+    resumed = compile_on(server, log_dir, **tracking).detailed_results
+    rows = read_proposals(str(log_dir))
+    steps = [row.step for row in rows]
+    assert steps == sorted(steps) and max(steps) > max(row.step for row in before)
+    assert set(steps) <= {record.step for record in resumed.steps}
+    # The rows of the steps the saved state includes are kept as written; the killed step's are written once.
+    kept = [row for row in before if row.step <= completed]
+    assert kept and rows[: len(kept)] == kept
+    pairs = [(row.step, row.task) for row in rows]
+    assert len(pairs) == len(set(pairs))
+    ids = [row.proposal_id for row in rows if row.proposal_id]
+    assert len(ids) == len(set(ids))
+    validated = sorted(row.candidate for row in rows if row.outcome == VALIDATED)
+    assert validated == list(range(1, len(resumed.candidates)))
+    # The run's proposals table has the rows of both processes.
+    with open(log_dir / "proposals.csv", newline="") as handle:
+        assert [(int(row["step"]), int(row["task"])) for row in csv.DictReader(handle)] == pairs
