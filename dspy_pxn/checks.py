@@ -184,8 +184,9 @@ def warn_once_per_metric(metric: Any, kind: str, message: str, *args: Any) -> No
 
 
 def score_of(outcome: Any) -> Any:
-    """A GEPA metric's score: the number it returned, or the ``score`` of the dspy.Prediction it returned."""
-    return outcome["score"] if hasattr(outcome, "score") else outcome
+    """A GEPA metric's score: the number it returned, or the ``score`` of the dspy.Prediction (or other
+    object with a ``score``) it returned."""
+    return getattr(outcome, "score", outcome)
 
 
 def real_number(value: Any) -> float | None:
@@ -209,7 +210,7 @@ def scored(outcome: Any, metric: Any = None) -> tuple[Any, str | None]:
     """A metric's return value with its score converted to a float once, and None; or why it has no score.
 
     Accepted: a real number (``real_number``), or an object with ``.score`` (dspy.Prediction(score=...,
-    feedback=...)) holding one, which keeps its feedback and objective scores. Refused (the rollout
+    feedback=...)) holding one; a Prediction keeps its feedback and objective scores. Refused (the rollout
     then scores ``failure_score``): None, NaN/inf, text and other types: gepa would add them up deep in
     its state (text) or carry NaN into every aggregate.
     """
@@ -228,13 +229,10 @@ def scored(outcome: Any, metric: Any = None) -> tuple[Any, str | None]:
             "Metric returned %r, outside [0, 1]: kept as is (once per metric). skip_perfect_score compares "
             "scores to perfect_score (default 1.0); set perfect_score to your metric's maximum.", score,
         )
-    if not hasattr(outcome, "score"):
-        return score, None
-    try:
+    if isinstance(outcome, dspy.Prediction):  # its feedback and objective scores go on with it
         outcome["score"] = score
-    except TypeError:  # a read-only score holder: its score was checked, gepa adds it up as it is
-        pass
-    return outcome, None
+        return outcome, None
+    return score, None
 
 
 def examples_match_program(student: Any, **datasets: Sequence[Any]) -> None:

@@ -110,6 +110,16 @@ def test_a_numpy_score_is_a_real_number_converted_to_a_float_once(splits, caplog
     assert all(type(score) is float for subscores in result.val_subscores for score in subscores.values())
 
 
+def test_an_object_holding_a_score_is_read_as_its_score(splits):
+    """Not only a dspy.Prediction: any object with a ``score`` (a dataclass, a namespace) is scored by it."""
+    from types import SimpleNamespace
+
+    plain = run(splits, metric_returning(lambda g, o: o.score), p=1, n=1).detailed_results
+    held = run(splits, metric_returning(lambda g, o: SimpleNamespace(score=np.float32(o.score))), p=1,
+               n=1).detailed_results
+    assert held.val_aggregate_scores == plain.val_aggregate_scores
+
+
 def test_a_program_that_raises_on_some_inputs_fails_those_rollouts(splits, caplog):
     class Picky(dspy.Module):
         def __init__(self):
