@@ -41,7 +41,7 @@ import math
 import numbers
 import os
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import dspy
@@ -315,12 +315,14 @@ def writable_dir(name: str, path: str | None) -> None:
         ) from None
 
 
-def saved_state_serializable(log_dir: str | None, track_best_outputs: bool, gepa_kwargs: dict[str, Any]) -> None:
-    """gepa pickles its state into log_dir after every step; with track_best_outputs the state holds
-    dspy.Predictions, whose dynamic signature classes standard pickle cannot serialize (gepa raises
-    after the seed validation has been paid for). Use cloudpickle for them, or refuse up front."""
+def saved_state_serializable(log_dir: str | None, track_best_outputs: bool, gepa_kwargs: dict[str, Any]
+                             ) -> dict[str, Any]:
+    """gepa's arguments, with cloudpickle for its saved state where it must be: gepa pickles its state into
+    log_dir after every step, and with track_best_outputs the state holds dspy.Predictions, whose dynamic
+    signature classes standard pickle cannot serialize (gepa raises after the seed validation has been
+    paid for). Refused up front when cloudpickle is missing."""
     if log_dir is None or not track_best_outputs or "use_cloudpickle" in gepa_kwargs:
-        return
+        return gepa_kwargs
     try:
         import cloudpickle  # noqa: F401
     except ImportError:
@@ -328,7 +330,7 @@ def saved_state_serializable(log_dir: str | None, track_best_outputs: bool, gepa
             "track_best_outputs=True with log_dir needs cloudpickle to save the program outputs in gepa's state: "
             "pip install cloudpickle, or set track_best_outputs=False, or log_dir=None."
         ) from None
-    gepa_kwargs["use_cloudpickle"] = True
+    return {**gepa_kwargs, "use_cloudpickle": True}
 
 
 def loop_only_gepa_kwargs(gepa_kwargs: dict[str, Any]) -> list[str]:

@@ -35,7 +35,7 @@ from dspy_pxn.ledger.ledger import REFLECTING
 from dspy_pxn.events import StepEvents
 from dspy_pxn.pools import WorkerPool
 from dspy_pxn.reflection import FEEDBACK_KEY
-from dspy_pxn.strategies import improvement
+from dspy_pxn.strategies import best_program, improvement
 
 logger = logging.getLogger(__name__)
 
@@ -160,8 +160,7 @@ class SiblingMerge:
             return []
         start = time.perf_counter()
         parents = [state.program_candidates[p.parent_program_ids[0]] for p in improving]
-        scores = state.program_full_scores_val_set
-        best = max(range(len(scores)), key=lambda i: (scores[i], -i))
+        best = best_program(state)
         merged = self.merge(improving, parents, state.program_candidates[best])
         if merged == improving[0].candidate:
             return improving[:1]  # one child rewritten from the best itself: it is the merge

@@ -25,7 +25,7 @@ from dspy_pxn.ledger.caps import RunCaps
 from dspy_pxn.ledger.ledger import RunLedger, Tally
 from dspy_pxn.ledger.pace import RunPace
 from dspy_pxn.pools import WorkerPool
-from dspy_pxn.strategies import pareto_front_programs
+from dspy_pxn.strategies import best_program, pareto_front_programs
 
 logger = logging.getLogger(__name__)
 
@@ -285,7 +285,9 @@ class StepRecorder(StepListener):
         total = self.ledger.tally()
         step = total.since(self._tally0)
         self._recorded = total
-        time_left = self.pace.time_left(state.total_num_evals, self.shape.budget, self.ledger, self.caps)
+        time_left = self.pace.time_left(
+            state.total_num_evals, self.shape.budget, self.ledger.spent_usd()[0], self.caps.usd_left() if self.caps else None,
+            self.caps.seconds_left() if self.caps else None)
         record = StepRecord(
             step=state.i + 1,  # gepa's iteration number, so a resumed run continues the numbering
             kind=self._kind,
@@ -300,7 +302,7 @@ class StepRecorder(StepListener):
             metric_calls=state.total_num_evals - self._calls0,
             metric_calls_total=state.total_num_evals,
             budget=self.shape.budget,
-            best_val=max(scores),
+            best_val=scores[best_program(state)],
             mean_val=sum(scores) / len(scores),
             pareto_front_size=len(pareto_front_programs(state)),
             wall_s=wall,

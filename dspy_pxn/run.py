@@ -1,6 +1,6 @@
 """One compile, from the optimizer's arguments to the program it returns, in three moves.
 
-    run = Run.prepare(optimizer, student, trainset, valset)   every check and decision that needs no LM call
+    run = Run.prepare(settings, student, trainset, valset)    every check and decision that needs no LM call
     with run.resources() as live:                             the pool, ledger, caps, tracked run, step
                                                               recorder and adapter the search runs on
         gepa_result = schedule.run(run, live)                 dspy_pxn.schedules
@@ -12,11 +12,10 @@ from __future__ import annotations
 import logging
 import os
 import random
-import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import dspy
 from dspy.primitives import Example, Module
@@ -34,17 +33,15 @@ from dspy_pxn.ledger import caps as caps_gate
 from dspy_pxn.ledger import feed, limiter
 from dspy_pxn.ledger.budget import BudgetGuard, RunShape
 from dspy_pxn.ledger.caps import RunCaps
-from dspy_pxn.ledger.ledger import RunLedger, Tally, warn_if_answered_from_cache
+from dspy_pxn.ledger.ledger import RunLedger, warn_if_answered_from_cache
 from dspy_pxn.ledger.pace import RunPace
 from dspy_pxn.ledger.prices import Price, use_bundled_price_maps
 from dspy_pxn.pools import ThreadWorkerPool, WorkerPool
 from dspy_pxn.records import StepLog, StepRecorder
+from dspy_pxn.settings import Settings
 from dspy_pxn.result import BatchedGEPAResult
 from dspy_pxn.tracker import TrackedRun, around_compile, effective_tracker, quietly, start_tracked_run
 from dspy_pxn.width import AUTO, auto_parents
-
-if TYPE_CHECKING:  # a type only: the optimizer builds a Run, a Run never calls back into it
-    from dspy_pxn.teleprompter import BatchedGEPA
 
 logger = logging.getLogger(__name__)
 
@@ -54,10 +51,11 @@ class Run:
     """One compile, prepared: what was decided before the first LM call. Built once and never changed, read
     everywhere, so no part of the search recomputes it."""
 
-    optimizer: BatchedGEPA  # its arguments, as given and checked
+    settings: Settings  # the optimizer's arguments, as given and checked
     student: Module
     trainset: list[Example]
     valset: list[Example]
+    testset: list[Example] | None  # scored once after the search (``holdout``), never seen by it
     metric: Callable[..., Any]  # the run's GEPA feedback metric (dspy_pxn.metrics.resolve)
     seed_candidate: dict[str, str]  # what GEPA optimizes (dspy_pxn.components)
     code_components: tuple[str, ...]  # the seed candidate's dspy.Flex sources
@@ -74,41 +72,42 @@ class Run:
 
     @property
     def n(self) -> int:
-        return self.optimizer.n
+        return self.settings.n
 
     @classmethod
-    def prepare(cls, optimizer: BatchedGEPA, student: Module, trainset: list[Example],
-                valset: list[Example] | None) -> Run:
+    def prepare(cls, settings: Settings, student: Module, trainset: list[Example], valset: list[Example] | None,
+                testset: list[Example] | None = None) -> Run:
         """Every argument check, the seed candidate, budget, shape, guard, description and resume state."""
         seed = components.seed_candidate(student) if isinstance(student, Module) else {}
         checks.program(student, list(seed))
-        metric = metrics.resolve(optimizer.metric_fn, student)
+        metric = metrics.resolve(settings.metric, student)
         trainset = checks.dataset("trainset", trainset)
         if valset is None:
             logger.warning("No valset given: using the trainset for validation (scores will be optimistic).")
         valset = checks.dataset("valset", valset) if valset is not None else trainset
-        m = optimizer.reflection_minibatch_size
-        budget = metric_call_budget(optimizer, seed, trainset, valset)
-        guard = BudgetGuard(budget, len(valset), m, crossover=optimizer.use_merge)
+        m = settings.reflection_minibatch_size
+        budget = metric_call_budget(settings, seed, trainset, valset)
+        guard = BudgetGuard(budget, len(valset), m, crossover=settings.use_merge,
+                            name="auto" if settings.auto is not None else "max_metric_calls")
         checks.budget_buys_one_step(budget, len(valset), m, guard.smallest_budget())
-        checks.examples_match_program(student, trainset=trainset, valset=valset, testset=optimizer.testset)
-        checks.writable_dir("log_dir", optimizer.log_dir)
-        reflection_lm = resolve_reflection_lm(optimizer)
-        workers = (optimizer.num_threads or dspy.settings.num_threads or 1) if owns_pool(optimizer) else (
-            optimizer.pool.num_workers)
+        checks.examples_match_program(student, trainset=trainset, valset=valset, testset=testset)
+        checks.writable_dir("log_dir", settings.log_dir)
+        reflection_lm = resolve_reflection_lm(settings)
+        workers = (settings.num_threads or dspy.settings.num_threads or 1) if owns_pool(settings) else (
+            settings.pool.num_workers)
         shape = RunShape(workers, budget, len(valset), m)
-        p = parents_per_step(optimizer, shape)
-        schedule, selection = search_plan(optimizer, p * optimizer.n)
+        p = parents_per_step(settings, shape)
+        schedule, selection = search_plan(settings, p * settings.n)
         code = tuple(components.code_components(student))
-        description = describe(optimizer, p, schedule, selection, student, trainset, valset, seed, code, budget,
-                               workers, reflection_lm)
-        saved_state = resume.load_saved_state(optimizer.log_dir)
+        description = describe(settings, p, schedule, selection, student, trainset, valset, testset, seed, code,
+                               budget, workers, reflection_lm)
+        saved_state = resume.load_saved_state(settings.log_dir)
         if saved_state is not None:
-            resume.check_resumable(saved_state, description.resume_settings(), optimizer.log_dir)
+            resume.check_resumable(saved_state, description.resume_settings(), settings.log_dir)
         use_bundled_price_maps()  # before the first LM call: no network but the user's LMs
-        prices = caps_gate.priced_for_caps(optimizer.max_cost_usd, optimizer.max_reflection_cost_usd,
+        prices = caps_gate.priced_for_caps(settings.max_cost_usd, settings.max_reflection_cost_usd,
                                            feed.reachable_lms(dspy.settings.lm, reflection_lm, student))
-        return cls(optimizer, student, trainset, valset, metric, seed, code, reflection_lm,
+        return cls(settings, student, trainset, valset, testset, metric, seed, code, reflection_lm,
                    shape, guard, description, saved_state, p, schedule, selection, prices,
                    resume.saved_dollars(saved_state))
 
@@ -117,24 +116,24 @@ class Run:
     def resources(self) -> Iterator[Live]:
         """What the search runs on, started now and closed after the result: a pool this compile owns is
         closed, a failed search is reported to its tracked run, and tracking never stops the search."""
-        optimizer = self.optimizer
-        owned = owns_pool(optimizer)
-        pool = make_pool(optimizer.pool, self.shape.workers) if owned else optimizer.pool
+        settings = self.settings
+        owned = owns_pool(settings)
+        pool = make_pool(settings.pool, self.shape.workers) if owned else settings.pool
         stack = ExitStack()
         tracked_run: TrackedRun | None = None
         try:
             stack.enter_context(around_compile())
-            ledger, pace = RunLedger(self.prices, earlier_usd=self.earlier_usd), RunPace()
-            caps = (RunCaps(ledger, optimizer.max_cost_usd, optimizer.max_reflection_cost_usd, optimizer.max_wall_s, pace)
+            ledger, pace = RunLedger(self.prices, earlier_usd=self.earlier_usd, stop=self.guard.stop), RunPace()
+            caps = (RunCaps(ledger, settings.max_cost_usd, settings.max_reflection_cost_usd, settings.max_wall_s, pace)
                     if self.description.caps else None)
-            tracker = effective_tracker(optimizer.tracker, optimizer.mlflow)
-            tracked_run = start_tracked_run(tracker, self.description, log_dir=optimizer.log_dir, ledger=ledger)
-            log_dir = optimizer.log_dir or (tracked_run.log_dir if tracked_run is not None else None)
+            tracker = effective_tracker(settings.tracker)
+            tracked_run = start_tracked_run(tracker, self.description, log_dir=settings.log_dir, ledger=ledger)
+            log_dir = settings.log_dir or (tracked_run.log_dir if tracked_run is not None else None)
             step_log = StepLog(log_dir) if log_dir is not None else None
             recorder = StepRecorder(
                 self.p, self.n, self.shape, pool, ledger, pace, schedule=self.schedule, caps=caps,
-                sinks=[*([step_log] if step_log else []), *optimizer.step_sinks,
-                       *([tracked_run.on_step] if tracked_run else [])],
+                sinks=[*([step_log] if step_log else []), *([tracked_run.on_step] if tracked_run else []),
+                       *(c.on_step_record for c in settings.callbacks if callable(getattr(c, "on_step_record", None)))],
             )
             events = StepEvents([pace, recorder], stop=ledger.stop)
             adapter = self._adapter(pool, events)
@@ -143,12 +142,10 @@ class Run:
             checks.warn_if_no_timeout("task", dspy.settings.lm)
             checks.warn_if_no_timeout("reflection", self.reflection_lm)
             run_lms = (dspy.settings.lm, self.reflection_lm, self.student)
-            with caps_gate.installed(caps), limiter.installed(optimizer.lm_limiter), feed.feeding(ledger, run_lms):
-                pace.start(pool.num_workers, ledger.spent_usd()[0])
-                if caps is not None:
-                    caps.start()
+            with caps_gate.installed(caps), limiter.installed(settings.lm_limiter), feed.feeding(ledger, run_lms):
+                pace.start(pool.num_workers, ledger.spent_usd()[0])  # the run's clock: the deadline counts from now
                 yield Live(pool, ledger, caps, pace, tracked_run, recorder, events, adapter,
-                           gepa_callbacks=[*(tracked_run.gepa_callbacks if tracked_run else []), *optimizer.callbacks])
+                           gepa_callbacks=[*(tracked_run.gepa_callbacks if tracked_run else []), *settings.callbacks])
         except BaseException as error:
             if tracked_run is not None:
                 quietly("fail", lambda: tracked_run.fail(error))
@@ -159,21 +156,21 @@ class Run:
                 pool.close()
 
     def _adapter(self, pool: WorkerPool, events: StepEvents) -> BatchedAdapter:
-        optimizer = self.optimizer
+        settings = self.settings
         return BatchedAdapter(
             student_module=self.student,
             metric_fn=self.metric,
             feedback_map={name: metrics.feedback_function(self.metric, name, predictor)
                           for name, predictor in self.student.named_predictors()},
-            failure_score=optimizer.failure_score,
+            failure_score=settings.failure_score,
             num_threads=pool.num_workers,
-            add_format_failure_as_feedback=optimizer.add_format_failure_as_feedback,
-            rng=random.Random(optimizer.seed),  # which of a predictor's calls reflection reads, seeded as in dspy.GEPA
+            add_format_failure_as_feedback=settings.add_format_failure_as_feedback,
+            rng=random.Random(settings.seed),  # which of a predictor's calls reflection reads, seeded as in dspy.GEPA
             reflection_lm=None,  # PooledReflection sets the reflection LM per call
-            custom_instruction_proposer=optimizer.custom_instruction_proposer,
-            custom_code_proposer=optimizer.custom_code_proposer,
-            warn_on_score_mismatch=optimizer.warn_on_score_mismatch,
-            reflection_minibatch_size=optimizer.reflection_minibatch_size,
+            custom_instruction_proposer=settings.instruction_proposer,
+            custom_code_proposer=settings.code_proposer,
+            warn_on_score_mismatch=settings.warn_on_score_mismatch,
+            reflection_minibatch_size=settings.reflection_minibatch_size,
             pool=pool,
             events=events,
         )
@@ -184,7 +181,7 @@ class Run:
         saved = self.saved_state
         completed = saved.i + 1
         logger.info("Resuming from log_dir=%s after step %d (%d of %d metric calls spent).",
-                    self.optimizer.log_dir, completed, saved.total_num_evals, self.shape.budget)
+                    self.settings.log_dir, completed, saved.total_num_evals, self.shape.budget)
         scores = resume.saved_seed_scores(saved, len(self.valset))
         adapter.replay_once(self.seed_candidate, self.valset, adapter.scores_only(scores))
         if step_log is not None:
@@ -193,9 +190,9 @@ class Run:
     # ------------------------------------------------------------------------------ result
     def result(self, gepa_result: GEPAResult, live: Live) -> Module:
         """The best program, as dspy.GEPA returns it, with ``detailed_results`` when ``track_stats``."""
-        optimizer = self.optimizer
+        settings = self.settings
         live.ledger.search_returned()  # the held-out score below is not the search's: it passes the caps, uncounted
-        wall_s, tally = time.perf_counter() - live.pace.started, live.ledger.tally()
+        wall_s, tally = live.pace.elapsed(), live.ledger.tally()
         stopped_by = self.stopped_by(gepa_result, live.ledger)
         program = live.adapter.build_program(gepa_result.best_candidate)
         feed.leave_unfed(program)
@@ -204,8 +201,8 @@ class Run:
                            "forward): their tokens and dollars are in the usage totals, but they are not in "
                            "lm_call_counts. Hold that LM on the program (predictor.set_lm(lm), or an attribute of a "
                            "module) to count them.", tally.unheld)
-        test_score = (holdout_score(program, optimizer.testset, self.metric, live.pool, optimizer.failure_score)
-                      if optimizer.testset else None)
+        test_score = (holdout_score(program, self.testset, self.metric, live.pool, settings.failure_score)
+                      if self.testset else None)
         metric_calls = getattr(gepa_result, "total_metric_calls", None)
         if isinstance(metric_calls, int):
             warn_if_answered_from_cache(tally.usage, metric_calls)
@@ -223,17 +220,15 @@ class Run:
                 wall_s=wall_s, test_score=test_score, usage=tally.usage, lm_call_counts=tally.counts,
                 mlflow_run_id=run_id if isinstance(run_id, str) else None, stopped_by=stopped_by,
             )
-            if optimizer.track_stats:
+            if settings.track_stats:
                 program.detailed_results = details
         if live.tracked_run is not None:
             quietly("finish", lambda: live.tracked_run.finish(program, details))
         return program
 
     def stopped_by(self, gepa_result: GEPAResult, ledger: RunLedger) -> str:
-        """Which budget ended the search, said in the log."""
-        ended = ledger.stop.budget
-        if ended is None:
-            return "auto" if self.optimizer.auto is not None else "max_metric_calls"
+        """Which budget ended the search (the run's one stop signal says), said in the log."""
+        ended = ledger.stop.budget or self.guard.name  # a search that ran out of work ran out of its budget
         spent = getattr(gepa_result, "total_metric_calls", None)
         dollars = f" (${ledger.spent_usd()[0]:.4f} spent)" if self.prices else ""
         logger.info("%s ended the run%s, after %s of %d metric calls; the best program found is returned.", ended,
@@ -257,46 +252,47 @@ class Live:
 
 
 # ---------------------------------------------------------------------------------- decisions
-def metric_call_budget(optimizer: BatchedGEPA, seed_candidate: dict[str, str], trainset: list[Example],
+def metric_call_budget(settings: Settings, seed_candidate: dict[str, str], trainset: list[Example],
                        valset: list[Example]) -> int:
     """The budget in metric calls, as dspy.GEPA computes it: ``auto``'s preset for this program and valset
     (dspy.GEPA's own formula, said in the log), ``max_full_evals`` passes over train + val, or
     ``max_metric_calls``. With no budget at all, ``auto="light"``."""
-    if optimizer.auto is not None:
-        calls = optimizer.auto_budget(num_preds=max(len(seed_candidate), 1),
-                                      num_candidates=AUTO_RUN_SETTINGS[optimizer.auto]["n"], valset_size=len(valset))
-        explained = (f"auto={optimizer.auto!r}: {calls} metric calls, as dspy.GEPA's auto gives for "
+    if settings.auto is not None:
+        # dspy.GEPA's own formula; it reads nothing of the optimizer it is a method of.
+        calls = dspy.GEPA.auto_budget(None, num_preds=max(len(seed_candidate), 1),
+                                      num_candidates=AUTO_RUN_SETTINGS[settings.auto]["n"], valset_size=len(valset))
+        explained = (f"auto={settings.auto!r}: {calls} metric calls, as dspy.GEPA's auto gives for "
                      f"{len(seed_candidate)} component(s) and |val|={len(valset)}.")
         logger.info(("No budget given: " + explained + " Pass max_metric_calls=... to set one.")
-                    if optimizer.budget_by_default else explained)
+                    if settings.budget_by_default else explained)
         return calls
-    if optimizer.max_full_evals is not None:
-        return optimizer.max_full_evals * (len(trainset) + len(valset))
-    return optimizer.max_metric_calls
+    if settings.max_full_evals is not None:
+        return settings.max_full_evals * (len(trainset) + len(valset))
+    return settings.max_metric_calls
 
 
-def resolve_reflection_lm(optimizer: BatchedGEPA) -> dspy.BaseLM | None:
+def resolve_reflection_lm(settings: Settings) -> dspy.BaseLM | None:
     """The reflection LM given, else the task LM (said once per run), else None for a custom proposer."""
-    if optimizer.reflection_lm is not None:
-        return optimizer.reflection_lm
+    if settings.reflection_lm is not None:
+        return settings.reflection_lm
     task_lm = dspy.settings.lm
-    if task_lm is not None and optimizer.custom_instruction_proposer is None:
+    if task_lm is not None and settings.instruction_proposer is None:
         logger.info("No reflection_lm given: the task LM %s also reflects. A stronger reflection LM "
                     "(reflection_lm=dspy.LM(...)) usually finds better instructions.", lm_name(task_lm))
     return task_lm
 
 
-def parents_per_step(optimizer: BatchedGEPA, shape: RunShape) -> int:
+def parents_per_step(settings: Settings, shape: RunShape) -> int:
     """The optimizer's p, or for p="auto" the parents that fill this pool within what the budget allows."""
-    if optimizer.p != AUTO:
-        return optimizer.p
-    p = auto_parents(shape, optimizer.n)
+    if settings.p != AUTO:
+        return settings.p
+    p = auto_parents(shape, settings.n)
     logger.info("p='auto': P×N = %d×%d (%d proposals in flight) for W=%d workers, B=%d metric calls, |val|=%d.",
-                p, optimizer.n, p * optimizer.n, shape.workers, shape.budget, shape.val_size)
+                p, settings.n, p * settings.n, shape.workers, shape.budget, shape.val_size)
     return p
 
 
-def search_plan(optimizer: BatchedGEPA, width: int) -> tuple[str, Any]:
+def search_plan(settings: Settings, width: int) -> tuple[str, Any]:
     """The schedule and selection: the optimizer's, or what its width chooses where it left them open.
 
     One proposal per step is dspy.GEPA's own loop (``"steps"``, every improving child validated,
@@ -304,21 +300,21 @@ def search_plan(optimizer: BatchedGEPA, width: int) -> tuple[str, Any]:
     held-out quality several times sooner (``docs/benchmarks.md``), unless an argument only gepa's
     step loop reads was given (``use_wandb``, most ``gepa_kwargs``). The run says what it chose.
     """
-    loop_only = optimizer.use_wandb or bool(checks.loop_only_gepa_kwargs(optimizer.gepa_kwargs))
-    schedule = optimizer.schedule or ("async" if width > 1 and not loop_only else "steps")
-    selection = optimizer.selection if optimizer.selection is not None else ("merge" if width > 1 else "all")
+    loop_only = settings.use_wandb or bool(checks.loop_only_gepa_kwargs(settings.gepa_kwargs))
+    schedule = settings.schedule or ("async" if width > 1 and not loop_only else "steps")
+    selection = settings.selection if settings.selection is not None else ("merge" if width > 1 else "all")
     chosen = [f"{name}={value!r}" for name, value, given in (
-        ("schedule", schedule, optimizer.schedule), ("selection", selections.label(selection), optimizer.selection))
+        ("schedule", schedule, settings.schedule), ("selection", selections.label(selection), settings.selection))
         if given is None]
     if chosen and width > 1:
         logger.info("P×N = %d×%d: %s (the defaults above one proposal per step; p=1, n=1 is dspy.GEPA's search).",
-                    width // optimizer.n, optimizer.n, ", ".join(chosen))
+                    width // settings.n, settings.n, ", ".join(chosen))
     return schedule, selection
 
 
-def owns_pool(optimizer: BatchedGEPA) -> bool:
+def owns_pool(settings: Settings) -> bool:
     """A pool given as an instance is the caller's (left open); otherwise each compile makes and closes its own."""
-    return optimizer.pool is None or optimizer.pool == "ray"
+    return settings.pool is None or settings.pool == "ray"
 
 
 def make_pool(pool: str | None, workers: int) -> WorkerPool:
@@ -330,25 +326,25 @@ def make_pool(pool: str | None, workers: int) -> WorkerPool:
     return ThreadWorkerPool(workers)
 
 
-def describe(optimizer: BatchedGEPA, p: int, schedule: str, selection: Any, student: Module, trainset: list[Example],
-             valset: list[Example], seed_candidate: dict[str, str], code_components: tuple[str, ...], budget: int,
-             workers: int, reflection_lm: Any) -> RunDescription:
+def describe(settings: Settings, p: int, schedule: str, selection: Any, student: Module, trainset: list[Example],
+             valset: list[Example], testset: list[Example] | None, seed_candidate: dict[str, str],
+             code_components: tuple[str, ...], budget: int, workers: int, reflection_lm: Any) -> RunDescription:
     """This compile, described once for tracking (params) and resume (settings)."""
-    selector = optimizer.candidate_selection_strategy
+    selector = settings.candidate_selection_strategy
     predictor_lms = [predictor.lm for _, predictor in student.named_predictors()
                      if getattr(predictor, "lm", None) is not None]
     return RunDescription(
-        p=p, n=optimizer.n, selection=selections.label(selection), schedule=schedule,
-        minibatch_size=optimizer.reflection_minibatch_size, seed=optimizer.seed, crossover=optimizer.use_merge,
+        p=p, n=settings.n, selection=selections.label(selection), schedule=schedule,
+        minibatch_size=settings.reflection_minibatch_size, seed=settings.seed, crossover=settings.use_merge,
         candidate_selection=selector if isinstance(selector, str) else type(selector).__name__,
         budget=budget, num_workers=workers, program=type(student).__name__,
         predictors=len(student.named_predictors()), code_components=len(code_components),
         dataset=getattr(trainset, "name", None) or "unnamed", trainset_size=len(trainset),
-        valset_size=len(valset), testset_size=len(optimizer.testset or []),
+        valset_size=len(valset), testset_size=len(testset or []),
         task_lms=tuple(predictor_lms or [dspy.settings.lm]), reflection_lm=reflection_lm,
         trainset_digest=digest(trainset), valset_digest=digest(valset),
         seed_candidate_digest=digest([f"{k}={v}" for k, v in sorted(seed_candidate.items())]),
         input_example=dict(valset[0].inputs().items()),
         caps={name: value for name in ("max_cost_usd", "max_reflection_cost_usd", "max_wall_s")
-              if (value := getattr(optimizer, name)) is not None},
+              if (value := getattr(settings, name)) is not None},
     )

@@ -25,6 +25,7 @@ from gepa.strategies.candidate_selector import (
     TopKParetoCandidateSelector,
 )
 from gepa.strategies.component_selector import AllReflectionComponentSelector, RoundRobinReflectionComponentSelector
+from gepa.strategies.eval_policy import FullEvaluationPolicy
 from gepa.strategies.proposal_sampling import ProposalTask
 from gepa.strategies.proposal_selection import SelectionStrategy
 
@@ -69,7 +70,20 @@ class ExactBudgetStopper:
         self.max_metric_calls = guard.max_metric_calls
 
     def __call__(self, gepa_state: GEPAState) -> bool:
-        return not self.guard.can_step(self.guard.remaining(gepa_state), self.crossover_due())
+        return self.guard.ended(gepa_state, self.crossover_due())
+
+
+def stopper_telling(stop: Any, stopper: Callable[[GEPAState], bool]) -> Callable[[GEPAState], bool]:
+    """A user's gepa stopper (``gepa_kwargs["stop_callbacks"]``) that, when it ends the run, says so on the run's
+    stop signal, so the run reports ``stopped_by="stop_callbacks"``."""
+
+    def telling(gepa_state: GEPAState) -> bool:
+        if not stopper(gepa_state):
+            return False
+        stop.end("stop_callbacks", f"{getattr(stopper, '__name__', type(stopper).__name__)} said the run is over")
+        return True
+
+    return telling
 
 
 class CapsStopper:
@@ -111,6 +125,15 @@ class SequentialMinibatchSampler(EpochShuffledBatchSampler):
             self._update_shuffled(loader)
         start = position % len(self.shuffled_ids)
         return self.shuffled_ids[start : start + self.minibatch_size]
+
+
+def best_program(state: GEPAState) -> int:
+    """The run's best candidate: the highest mean validation score, the earliest on a tie. gepa's own rule
+    (``FullEvaluationPolicy``, what ``GEPAResult.best_idx`` reads), the one every part of the run asks."""
+    return FULL_EVALUATION.get_best_program(state)
+
+
+FULL_EVALUATION = FullEvaluationPolicy()
 
 
 def pareto_front_programs(state: GEPAState) -> list[int]:

@@ -11,7 +11,8 @@ thing, called the *crossover* inside this package (on by default, as in dspy.GEP
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from types import MappingProxyType
 from typing import Any, Literal
 
 import dspy
@@ -22,13 +23,14 @@ from gepa.strategies.proposal_selection import SelectionStrategy
 from dspy_pxn import checks, gepa_options, metrics
 from dspy_pxn import selection as selections
 from dspy_pxn.ledger.limiter import LMCallLimiter, limiter_for
+from dspy_pxn.deprecated import accepts_former_names
 from dspy_pxn.pools import WorkerPool
-from dspy_pxn.records import StepRecord
 from dspy_pxn.run import Run
 from dspy_pxn.schedules import SCHEDULES
 from dspy_pxn.strategies import CANDIDATE_SELECTORS
 from dspy_pxn.strategies import component_selector as component_selector_named
-from dspy_pxn.tracker import Tracker, tracker_for
+from dspy_pxn.settings import Settings
+from dspy_pxn.tracker import Tracker, chosen_tracker
 from dspy_pxn.width import AUTO
 
 logger = logging.getLogger(__name__)
@@ -41,7 +43,9 @@ class BatchedGEPA(dspy.GEPA):
     proposals at the concurrency that call already had (``num_threads``, or DSPy's setting), the
     crossover included, within the same budget. With ``p=1, n=1`` the run proposes the same
     candidates as dspy.GEPA for the same seed and a deterministic LM, stopping at the last step
-    that fits the budget instead of overshooting it.
+    that fits the budget instead of overshooting it. The names earlier releases took (the MLflow
+    shorthands, ``callbacks``, ``step_sinks``, ``testset``, ...) still work for one release, with a
+    ``DeprecationWarning`` naming their replacement (``dspy_pxn.deprecated``).
 
     Args:
         metric: GEPA's feedback metric ``(gold, pred, trace=None, pred_name=None, pred_trace=None)``,
@@ -108,34 +112,23 @@ class BatchedGEPA(dspy.GEPA):
             ``track_stats``). Default False.
         warn_on_score_mismatch: Warn when a metric's score for a predictor differs from its score
             for the program, as dspy.GEPA does. Default True.
-        use_mlflow: Track each compile as an MLflow run (dspy-pxn's tracking, not gepa's); the same
-            as ``mlflow=True``. Default False.
+        use_mlflow: Track each compile as an MLflow run (dspy-pxn's tracking, not gepa's), in MLflow's
+            tracking URI and the ``dspy-pxn`` experiment; ``tracker=`` chooses them. Default False.
         seed: Seeds parent selection and minibatch sampling. Default 0. The step schedule is
             deterministic for a seed and a deterministic LM; the async one is not.
-        gepa_kwargs: More ``gepa.optimize`` arguments (e.g. ``{"cache_evaluation": True}``, which needs
-            the step schedule, chosen for you). ``callbacks`` and ``stop_callbacks`` here join
-            BatchedGEPA's own, as under dspy.GEPA; its strategies (sampling, selection, reflection,
-            batch sampler, budget) cannot be overridden here.
-        display_progress_bar: Show gepa's progress bar (step schedule). Default False.
+        gepa_kwargs: More ``gepa.optimize`` arguments, as under dspy.GEPA: ``callbacks`` (gepa callbacks,
+            told what gepa's engine tells them under either schedule; one with ``on_step_record(record)``
+            also hears each ``StepRecord`` as it is written), ``stop_callbacks``, ``max_reflection_cost``
+            (dollars the reflection LM may spend, sibling merges included), ``display_progress_bar``,
+            ``cache_evaluation`` (which needs the step schedule, chosen for you). Its strategies
+            (sampling, selection, reflection, batch sampler, budget) are BatchedGEPA's arguments.
         pool: Where rollouts run: a ``WorkerPool`` you own (left open), ``"ray"`` for a
             ``RayWorkerPool`` of ``num_threads`` slots on the cluster at ``RAY_ADDRESS``, or None for
             a thread pool of ``num_threads`` (default). A pool made by a compile is closed by it.
-        callbacks: gepa callbacks, told what gepa's engine tells them under either schedule.
-        step_sinks: Callables that receive each ``StepRecord`` as it is written (progress lines,
-            your own dashboard).
-        testset: Held-out examples scored once after the search, on the same pool, never seen by it
-            (``detailed_results.test_score``). Given here so that ``compile`` keeps DSPy's signature.
         tracker: A ``dspy_pxn.tracker.Tracker`` that follows each compile, e.g.
-            ``dspy_pxn.tracking.MlflowTracker(experiment="hover")``. Tracking never stops the search.
-        mlflow: True tracks in MLflow; False keeps this run out of an enclosing ``sweep``. Default:
-            tracked only inside a sweep or when another tracking argument is given.
-        tracking_uri: The MLflow tracking URI (implies ``mlflow=True``). Default: MLflow's own
-            (``MLFLOW_TRACKING_URI``, else ``./mlflow.db``).
-        experiment: The MLflow experiment (implies ``mlflow=True``). Default ``"dspy-pxn"``.
-        run_name: The MLflow run's name (implies ``mlflow=True``). Default ``"BatchedGEPA PxN ..."``.
-        run_tags: Tags for the MLflow run (implies ``mlflow=True``).
-        registered_model_name: Register the optimized program (logged as the run's MLflow model) in
-            the Model Registry under this name; a re-run adds a version (implies ``mlflow=True``).
+            ``dspy_pxn.tracking.MlflowTracker(experiment="hover", registered_model_name="hover")``; False
+            keeps this run out of an enclosing ``sweep``. Default: tracked only inside a sweep, or in
+            MLflow with ``use_mlflow=True``. Tracking never stops the search.
         max_concurrent_lm_calls: At most this many LM calls in progress at once, over the task,
             per-predictor and reflection LMs, whatever ``num_threads`` is (providers limit requests,
             not workers); an ``LMCallLimiter`` shares one cap between runs. Default: no cap. Calls,
@@ -151,8 +144,6 @@ class BatchedGEPA(dspy.GEPA):
             (``detailed_results.stopped_by``). Needs every LM's price in the price map DSPy ships (a
             copy of litellm's), or registered with ``litellm.register_model``; models served on
             localhost cost 0. Default: no cap.
-        max_reflection_cost_usd: Dollars the reflection LM (reflections and sibling merges) may spend;
-            gepa's ``max_reflection_cost`` in ``gepa_kwargs`` means the same. Default: no cap.
         max_wall_s: A deadline, in seconds from the start of the search: no work is started that the
             run's measured latencies say cannot finish in time, no LM call is made after it, and the best
             program found is returned (within about one call's latency of the deadline). Default: none.
@@ -162,6 +153,7 @@ class BatchedGEPA(dspy.GEPA):
             where dspy.GEPA raises one, so code written for dspy.GEPA keeps catching it).
     """
 
+    @accepts_former_names
     def __init__(
         self,
         metric: Callable[..., Any] | None = None,
@@ -195,29 +187,19 @@ class BatchedGEPA(dspy.GEPA):
         use_mlflow: bool = False,
         seed: int | None = 0,
         gepa_kwargs: dict[str, Any] | None = None,
-        display_progress_bar: bool = False,
         pool: WorkerPool | str | None = None,
-        callbacks: Sequence[Any] = (),
-        step_sinks: Sequence[Callable[[StepRecord], None]] = (),
-        testset: list[Example] | None = None,
-        tracker: Tracker | None = None,
-        mlflow: bool | None = None,
-        tracking_uri: str | None = None,
-        experiment: str | None = None,
-        run_name: str | None = None,
-        run_tags: dict[str, str] | None = None,
-        registered_model_name: str | None = None,
+        tracker: Tracker | Literal[False] | None = None,
         max_concurrent_lm_calls: int | LMCallLimiter | None = None,
         schedule: Literal["steps", "async"] | None = None,
         max_cost_usd: float | None = None,
-        max_reflection_cost_usd: float | None = None,
         max_wall_s: float | None = None,
     ):
-        gepa_kwargs = gepa_options.unowned(gepa_kwargs)
-        p, n, selection = gepa_options.pxn_and_selection(gepa_kwargs, p, n, selection)
-        self.p = p if p == AUTO else checks.positive_int(
-            "p", p, "p is the number of parents sampled per step, e.g. p=8, or p='auto' to fill the worker pool.")
-        self.n = checks.positive_int("n", n, "n is the number of mutations drawn per parent, e.g. n=1.")
+        options = gepa_options.read(gepa_kwargs, p, n, selection)
+        p, n = options.p, options.n
+        if p != AUTO:
+            checks.positive_int("p", p, "p is the number of parents sampled per step, e.g. p=8, or p='auto' to "
+                                "fill the worker pool.")
+        checks.positive_int("n", n, "n is the number of mutations drawn per parent, e.g. n=1.")
         checks.at_most_one_budget(auto, max_full_evals, max_metric_calls)
         if metric is not None:
             metrics.arity(metric)  # a wrong signature fails here, before any data or LM
@@ -231,71 +213,57 @@ class BatchedGEPA(dspy.GEPA):
             )
         if track_best_outputs and not track_stats:
             raise checks.ArgumentError("track_best_outputs=True needs track_stats=True (the outputs are part of the stats).")
-        # None: chosen with the width (dspy_pxn.run.search_plan), which p="auto" knows only at compile.
-        self.selection = selections.checked(selection) if selection is not None else None
-        self.testset = checks.dataset("testset", testset) if testset is not None else None
-        self.tracker, self.mlflow = tracker_for(
-            tracker, use_mlflow, mlflow, tracking_uri, experiment, run_name, run_tags, registered_model_name)
         component_selector_named(component_selector)  # an unknown name fails now, not at compile
         if use_wandb:
             checks.wandb_installed()
-        max_reflection_cost_usd = gepa_options.reflection_cap(gepa_kwargs, max_reflection_cost_usd)
-        self.max_cost_usd = checks.positive_number("max_cost_usd", max_cost_usd, "It is dollars, e.g. 5.0.")
-        self.max_reflection_cost_usd = checks.positive_number(
-            "max_reflection_cost_usd", max_reflection_cost_usd, "It is dollars, e.g. 1.0.")
-        self.max_wall_s = checks.positive_number("max_wall_s", max_wall_s, "It is seconds, e.g. 3600.")
-        callbacks, self.stop_callbacks = gepa_options.callbacks_and_stoppers(gepa_kwargs, callbacks)
         if reflection_lm is None and instruction_proposer is None and dspy.settings.lm is None:
             raise checks.ArgumentError(
                 "No reflection LM: pass reflection_lm=dspy.LM('openai/gpt-5-mini', ...) or configure a default "
                 "with dspy.configure(lm=...) before creating BatchedGEPA."
             )
-        no_budget = auto is None and max_full_evals is None and max_metric_calls is None
-        super().__init__(
-            _resolved_in_compile,  # dspy.GEPA accepts only 5-argument metrics; ours is resolved in compile
-            auto="light" if no_budget else auto,
-            max_full_evals=max_full_evals,
-            max_metric_calls=max_metric_calls,
-            reflection_minibatch_size=reflection_minibatch_size,
-            candidate_selection_strategy="pareto",
-            reflection_lm=reflection_lm or dspy.settings.lm,
-            skip_perfect_score=skip_perfect_score,
-            add_format_failure_as_feedback=add_format_failure_as_feedback,
-            instruction_proposer=instruction_proposer,
-            code_proposer=code_proposer,
-            component_selector=component_selector,
-            use_merge=use_merge,
-            max_merge_invocations=max_merge_invocations,
-            num_threads=num_threads,
-            failure_score=failure_score,
-            perfect_score=perfect_score,
-            log_dir=log_dir,
-            track_stats=track_stats,
-            use_wandb=use_wandb,
-            wandb_api_key=wandb_api_key,
-            wandb_init_kwargs=wandb_init_kwargs,
-            track_best_outputs=track_best_outputs,
-            warn_on_score_mismatch=warn_on_score_mismatch,
-            use_mlflow=False,  # gepa's own MLflow logging stays off: use_mlflow means dspy-pxn's tracking
-            seed=seed,
-            gepa_kwargs=gepa_kwargs,
-        )
-        self.metric_fn = metric  # None: the program's own metric, resolved at compile
-        self.reflection_lm = reflection_lm  # None: the task LM at compile time
-        self.budget_by_default = no_budget  # auto="light" was chosen for the user, which the run says
-        self.use_mlflow = bool(use_mlflow)
-        self.candidate_selection_strategy = candidate_selection_strategy
-        self.display_progress_bar = display_progress_bar
-        checks.saved_state_serializable(log_dir, track_best_outputs, self.gepa_kwargs)
         if isinstance(pool, str) and pool != "ray":
             raise ValueError(f"pool={pool!r} is not understood: pass 'ray', a WorkerPool instance, or None for threads.")
-        self.pool = pool
-        self.callbacks = list(callbacks)
-        self.step_sinks = list(step_sinks)
-        self.lm_limiter = limiter_for(max_concurrent_lm_calls)
-        # None: chosen with the width (dspy_pxn.run.search_plan); what the user gave is checked now.
-        self.schedule = checks.schedule(schedule, use_wandb=use_wandb, loop_only=checks.loop_only_gepa_kwargs(self.gepa_kwargs)
-                                        ) if schedule is not None else None
+        no_budget = auto is None and max_full_evals is None and max_metric_calls is None
+        super().__init__(  # dspy.GEPA's own attributes, for code that reads them; the compile reads ``settings``
+            _resolved_in_compile,  # dspy.GEPA accepts only 5-argument metrics; ours is resolved in compile
+            auto="light" if no_budget else auto, max_full_evals=max_full_evals, max_metric_calls=max_metric_calls,
+            reflection_minibatch_size=reflection_minibatch_size, candidate_selection_strategy="pareto",
+            reflection_lm=reflection_lm or dspy.settings.lm, skip_perfect_score=skip_perfect_score,
+            add_format_failure_as_feedback=add_format_failure_as_feedback, instruction_proposer=instruction_proposer,
+            code_proposer=code_proposer, component_selector=component_selector, use_merge=use_merge,
+            max_merge_invocations=max_merge_invocations, num_threads=num_threads, failure_score=failure_score,
+            perfect_score=perfect_score, log_dir=log_dir, track_stats=track_stats, use_wandb=use_wandb,
+            wandb_api_key=wandb_api_key, wandb_init_kwargs=wandb_init_kwargs, track_best_outputs=track_best_outputs,
+            warn_on_score_mismatch=warn_on_score_mismatch, use_mlflow=False,  # gepa's MLflow logging stays off
+            seed=seed, gepa_kwargs=options.rest,
+        )
+        rest = checks.saved_state_serializable(log_dir, track_best_outputs, options.rest)
+        self.settings = Settings(
+            metric=metric, p=p, n=n,
+            # None: chosen with the width (dspy_pxn.run.search_plan), which p="auto" knows only at compile.
+            selection=selections.checked(options.selection) if options.selection is not None else None,
+            schedule=checks.schedule(schedule, use_wandb=use_wandb, loop_only=checks.loop_only_gepa_kwargs(rest))
+            if schedule is not None else None,
+            reflection_minibatch_size=reflection_minibatch_size,
+            candidate_selection_strategy=candidate_selection_strategy, component_selector=component_selector,
+            use_merge=use_merge, max_merge_invocations=max_merge_invocations, skip_perfect_score=skip_perfect_score,
+            perfect_score=perfect_score, failure_score=failure_score,
+            add_format_failure_as_feedback=add_format_failure_as_feedback, seed=seed,
+            auto="light" if no_budget else auto, budget_by_default=no_budget, max_full_evals=max_full_evals,
+            max_metric_calls=max_metric_calls,
+            max_cost_usd=checks.positive_number("max_cost_usd", max_cost_usd, "It is dollars, e.g. 5.0."),
+            max_reflection_cost_usd=checks.positive_number(
+                "gepa_kwargs['max_reflection_cost']", options.max_reflection_cost_usd, "It is dollars, e.g. 1.0."),
+            max_wall_s=checks.positive_number("max_wall_s", max_wall_s, "It is seconds, e.g. 3600."),
+            reflection_lm=reflection_lm, instruction_proposer=instruction_proposer, code_proposer=code_proposer,
+            warn_on_score_mismatch=warn_on_score_mismatch, num_threads=num_threads, pool=pool,
+            lm_limiter=limiter_for(max_concurrent_lm_calls), log_dir=log_dir, track_stats=track_stats,
+            track_best_outputs=track_best_outputs, use_wandb=use_wandb, wandb_api_key=wandb_api_key,
+            wandb_init_kwargs=wandb_init_kwargs, display_progress_bar=options.display_progress_bar,
+            gepa_kwargs=MappingProxyType(rest), callbacks=options.callbacks,
+            stop_callbacks=options.stop_callbacks, tracker=chosen_tracker(tracker, use_mlflow),
+        )
+        self.former_testset: list[Example] | None = None  # BatchedGEPA(testset=...): deprecated (``compile``'s)
 
     def compile(
         self,
@@ -304,6 +272,7 @@ class BatchedGEPA(dspy.GEPA):
         trainset: list[Example],
         teacher: Module | None = None,
         valset: list[Example] | None = None,
+        testset: list[Example] | None = None,
     ) -> Module:
         """Optimize ``student`` and return the best program found.
 
@@ -315,6 +284,8 @@ class BatchedGEPA(dspy.GEPA):
             teacher: Not supported by GEPA; must be None.
             valset: Examples every accepted candidate is scored on. Default: the trainset (with a
                 warning: scores are then optimistic).
+            testset: Held-out examples the best program is scored on once after the search, on the same
+                pool, never seen by it (``detailed_results.test_score``). Default: none.
 
         Returns:
             The best candidate as a program of the student's class, with ``detailed_results`` (a
@@ -327,8 +298,9 @@ class BatchedGEPA(dspy.GEPA):
         """
         if teacher is not None:
             raise checks.ArgumentError("teacher is not supported by GEPA; pass teacher=None.")
+        testset = checks.dataset("testset", testset) if testset is not None else self.former_testset
         try:
-            run = Run.prepare(self, student, trainset, valset)
+            run = Run.prepare(self.settings, student, trainset, valset, testset)
         except checks.BudgetBuysNoValidation as nothing:
             logger.warning("%s", nothing)
             return student.deepcopy()

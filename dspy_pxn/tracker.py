@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from dspy_pxn.description import RunDescription
 from dspy_pxn.records import StepRecord
@@ -126,30 +126,24 @@ def from_arguments(arguments: TrackingArguments) -> Tracker | None:
     return _FROM_ARGUMENTS[-1](arguments)
 
 
-def tracker_for(
-    given: Tracker | None, use_mlflow: bool, mlflow: bool | None, tracking_uri: str | None,
-    experiment: str | None, run_name: str | None, run_tags: dict[str, str] | None,
-    registered_model_name: str | None = None,
-) -> tuple[Tracker | None, bool | None]:
-    """The tracker BatchedGEPA's arguments ask for, and its ``mlflow`` setting (False: not even a sweep's)."""
-    if use_mlflow and mlflow is False:
-        raise ValueError("use_mlflow=True contradicts mlflow=False: pass one of them.")
-    mlflow = True if use_mlflow else mlflow
-    arguments = TrackingArguments(mlflow, tracking_uri, experiment, run_name, run_tags, registered_model_name)
-    if given is not None:
-        if not isinstance(given, Tracker):
-            raise TypeError(f"tracker={given!r} has no start(description, log_dir=..., usage=...): pass a "
-                            "dspy_pxn.tracker.Tracker such as dspy_pxn.tracking.MlflowTracker().")
-        if arguments.given:
-            raise ValueError("tracker= and the MLflow shorthands (use_mlflow, mlflow, tracking_uri, experiment, "
-                             "run_name, run_tags, registered_model_name) are two trackers: pass one of them.")
-        return given, True
-    return from_arguments(arguments), mlflow
+def chosen_tracker(given: Any, use_mlflow: bool) -> Tracker | Literal[False] | None:
+    """The run's tracker: the one given, MLflow's with its defaults for ``use_mlflow=True``, False for none (not
+    even an enclosing sweep's), or None (the enclosing sweep's, if any). Checked when BatchedGEPA is built."""
+    if given is not None and given is not False and not isinstance(given, Tracker):
+        raise TypeError(f"tracker={given!r} has no start(description, log_dir=..., usage=...): pass a "
+                        "dspy_pxn.tracker.Tracker such as dspy_pxn.tracking.MlflowTracker(), or tracker=False.")
+    if use_mlflow and given is not None:
+        raise ValueError(f"use_mlflow=True and tracker={given!r} say two things: pass use_mlflow=True for MLflow with "
+                         "its defaults, or tracker=dspy_pxn.tracking.MlflowTracker(...) to choose where.")
+    return from_arguments(TrackingArguments(mlflow=True)) if use_mlflow else given
 
 
-def effective_tracker(chosen: Tracker | None, mlflow: bool | None) -> Tracker | None:
-    """The tracker that follows this compile: the one chosen, else the enclosing sweep's unless ``mlflow=False``."""
-    return chosen or (_AMBIENT.get() if mlflow is not False else None)
+def effective_tracker(chosen: Tracker | Literal[False] | None) -> Tracker | None:
+    """The tracker that follows this compile: the one chosen, else the enclosing sweep's, else what the tooling
+    asks of every compile (MLflow's when ``mlflow.dspy.autolog(log_compiles=True)`` is on); none for ``False``."""
+    if chosen is False:
+        return None
+    return chosen or _AMBIENT.get() or from_arguments(TrackingArguments())
 
 
 def start_tracked_run(tracker: Tracker | None, description: RunDescription, *, log_dir: str | None,

@@ -194,9 +194,9 @@ def test_use_mlflow_is_dspy_pxn_tracking(task_lm, splits, tmp_path, monkeypatch)
         sim.seed_program(), trainset=splits.train, valset=splits.val[:6])
     run = MlflowClient(store).get_run(best.detailed_results.mlflow_run_id)
     assert run.info.status == "FINISHED" and run.data.params["p"] == "1"
-    with pytest.raises(ValueError, match="use_mlflow=True contradicts mlflow=False"):
+    with pytest.raises(ValueError, match="use_mlflow=True and tracker=False say two things"):
         BatchedGEPA(metric=sim.metric, reflection_lm=sim.SimulatedLM(), max_metric_calls=30, use_mlflow=True,
-                    mlflow=False)
+                    tracker=False)
 
 
 def test_use_wandb_is_gepas_weights_and_biases_logging(task_lm, splits, tmp_path, monkeypatch):

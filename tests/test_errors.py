@@ -58,12 +58,13 @@ def test_gepas_own_strategies_in_gepa_kwargs_are_read_as_batched_gepas_arguments
     stopper, callback = (lambda state: False), object()
     optimizer = make(reflection_lm, gepa_kwargs={"sampling_strategy": PxNSampling(3, 2), "callbacks": [callback],
                                                  "selection_strategy": BestImprovement(), "stop_callbacks": stopper})
-    assert (optimizer.p, optimizer.n) == (3, 2) and isinstance(optimizer.selection, BestImprovement)
-    assert callback in optimizer.callbacks and optimizer.stop_callbacks == [stopper] and optimizer.gepa_kwargs == {}
+    settings = optimizer.settings
+    assert (settings.p, settings.n) == (3, 2) and isinstance(settings.selection, BestImprovement)
+    assert settings.callbacks == (callback,) and settings.stop_callbacks == (stopper,) and dict(settings.gepa_kwargs) == {}
     for sampling, shape in ((SingleMutationSampling(), (1, 1)), (SameParentSampling(4), (1, 4)),
                             (IndependentSampling(4), (4, 1))):
         optimizer = make(reflection_lm, gepa_kwargs={"sampling_strategy": sampling})
-        assert (optimizer.p, optimizer.n) == shape
+        assert (optimizer.settings.p, optimizer.settings.n) == shape
 
 
 def test_metric_without_gepa_or_dspy_signature(reflection_lm):

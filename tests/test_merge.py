@@ -74,8 +74,7 @@ def test_a_lone_child_of_an_older_candidate_is_merged_into_the_best(splits):
     head = sim.seed_instruction()
     best, older = f"{head}\nzorp(x) = 3*x + 1", head  # candidate 1 knows zorp; its parent, the seed, does not
     child = f"{head}\nblick(x) = x*x - 2"  # rewritten from the seed: it learned blick only
-    state = type("State", (), {"program_candidates": [{"predict": older}, {"predict": best}],
-                               "program_full_scores_val_set": [0.0, 0.4]})()
+    state = _state(older, best, scores=[0.0, 0.4])
     proposal = CandidateProposal(candidate={"predict": child}, parent_program_ids=[0],
                                  subsample_scores_before=[0, 0, 0], subsample_scores_after=[1, 0, 0])
     with ThreadWorkerPool(2) as pool:
@@ -105,8 +104,10 @@ def test_the_merge_prompt_shows_lessons_not_inherited_text():
 
 
 def _state(*candidates: str, scores: list[float]):
+    """gepa's state as a merge reads it: the pool, and each candidate's scores on one val example (its mean)."""
     return type("State", (), {"program_candidates": [{"predict": c} for c in candidates],
-                              "program_full_scores_val_set": scores})()
+                              "program_full_scores_val_set": scores,
+                              "prog_candidate_val_subscores": [{0: score} for score in scores]})()
 
 
 def _proposal(child: str, parent: int, after: list[int]):

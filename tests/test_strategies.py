@@ -149,22 +149,33 @@ def test_the_step_loops_selection_reports_children_screened_and_improved():
 
 
 def test_reservations_keep_the_budget_exact_with_work_in_flight():
-    """What the async schedule does with the guard: promise work, spend it as it lands, release the rest."""
+    """What the async schedule does with the guard: promise work, spend it as it lands, release the rest; the
+    guard alone keeps what the work in flight may still give back."""
     guard = BudgetGuard(max_metric_calls=60, valset_size=10, minibatch_size=3)
     state = SpentCalls(10)  # the seed's validation
-    promised = 0
-    while guard.reserve_proposal(state):  # each keeps |val| free beside it
-        promised += 1
-    assert promised == 6 and guard.reserved == 36 and guard.remaining(state) == 14  # 10 + 36 + 14 = 60
+    pipelines = []
+    while (reservation := guard.reserve_proposal(state)) is not None:  # each keeps |val| free beside it
+        pipelines.append(reservation)
+    assert len(pipelines) == 6 and guard.reserved == 36 and guard.remaining(state) == 14  # 10 + 36 + 14 = 60
+    assert guard.can_still_validate(state) and sum(r.releasable for r in guard.open) == 18  # each child's 3
     guard.spend(state, 3)  # a parent's screening landed
-    guard.release(3)  # ... and its child was never made (perfect parent)
+    guard.release(pipelines[0], 3)  # ... and its child was never made (perfect parent)
+    guard.close(pipelines[0])
     assert state.total_num_evals == 13 and guard.reserved == 30 and guard.remaining(state) == 17
-    assert guard.reserve_validations(state, wanted=5) == 1  # 17 calls pay for one validation of 10
-    assert guard.reserved == 40 and guard.remaining(state) == 7 and not guard.reserve_proposal(state)
-    for _ in range(5):  # the five other pipelines screen parent and child
+    validation = guard.reserve_validations(state, wanted=5)
+    assert validation.validations == 1  # 17 calls pay for one validation of 10
+    assert guard.reserved == 40 and guard.remaining(state) == 7 and guard.reserve_proposal(state) is None
+    for pipeline in pipelines[1:]:  # the five other pipelines reflect, then screen parent and child
+        guard.commit(pipeline)
         guard.spend(state, 6)
+        guard.close(pipeline)
+    assert sum(r.releasable for r in guard.open) == 10  # the validation's, until its candidate is chosen
+    guard.commit(validation)
+    assert not guard.can_still_validate(state)  # 7 left, and nothing in flight can give any back
     guard.spend(state, 10)  # the validation
-    assert guard.reserved == 0 and state.total_num_evals == 53 <= guard.max_metric_calls
+    guard.close(validation)
+    assert guard.reserved == 0 and not guard.open and state.total_num_evals == 53 <= guard.max_metric_calls
+    assert guard.ended(state) and guard.stop.budget == "max_metric_calls"  # the guard says its budget ended the run
 
 
 class SpentCalls:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -42,11 +41,14 @@ def progress_line(record: StepRecord) -> str:
             f"{record.wall_s:.1f} s")
 
 
-def printer(out: TextIO) -> Callable[[StepRecord], None]:
-    def sink(record: StepRecord) -> None:
-        print(progress_line(record), file=out, flush=True)
+class ProgressPrinter:
+    """A gepa callback that prints a line per step (every gepa callback may hear the StepRecords)."""
 
-    return sink
+    def __init__(self, out: TextIO):
+        self.out = out
+
+    def on_step_record(self, record: StepRecord) -> None:
+        print(progress_line(record), file=self.out, flush=True)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import time
 from typing import Any, TextIO
 
 from dspy_pxn.cli.errors import UsageError
-from dspy_pxn.cli.output import RunOutcome, duration, printer, score, summary
+from dspy_pxn.cli.output import ProgressPrinter, RunOutcome, duration, score, summary
 from dspy_pxn.cli.tasks import Task, check_shape, load_task
 from dspy_pxn.planning import parse_shapes
 from dspy_pxn.selection import parse as parse_selection
@@ -31,19 +31,17 @@ def make_optimizer(args: argparse.Namespace, task: Task, reflection_lm: Any, p: 
     from dspy_pxn import BatchedGEPA
     from dspy_pxn.tracking import MlflowTracker
 
-    tracking: dict[str, Any] = {"mlflow": False}
-    if tracked(args):
-        tracking = {"tracker": MlflowTracker(args.mlflow_uri, args.experiment or f"dspy-pxn-{task.name}",
-                                             run_name or f"{task.name}-{p}x{n}", (("task", task.name),),
-                                             registered_model_name=registered_model_name)}
+    tracker = MlflowTracker(args.tracking_uri, args.experiment or f"dspy-pxn-{task.name}",
+                            run_name or f"{task.name}-{p}x{n}", (("task", task.name),),
+                            registered_model_name=registered_model_name) if tracked(args) else False
     return BatchedGEPA(
         metric=task.metric, p=p, n=n, max_metric_calls=args.budget, num_threads=args.workers,
         reflection_lm=reflection_lm, reflection_minibatch_size=args.minibatch_size, seed=args.seed,
         selection=parse_selection(args.selection) if args.selection else None, schedule=args.schedule,
-        log_dir=log_dir, testset=task.test or None,
+        log_dir=log_dir,
         # Small models often break DSPy's output format; the reflector must see that to fix it.
-        add_format_failure_as_feedback=not args.no_format_feedback,
-        step_sinks=[printer(out)], max_cost_usd=args.max_cost_usd, max_wall_s=args.max_wall_s, **tracking,
+        add_format_failure_as_feedback=not args.no_format_feedback, gepa_kwargs={"callbacks": [ProgressPrinter(out)]},
+        max_cost_usd=args.max_cost_usd, max_wall_s=args.max_wall_s, tracker=tracker,
     )
 
 
@@ -66,15 +64,15 @@ def run_one(args: argparse.Namespace, task: Task, reflection_lm: Any, p: int, n:
     optimizer = make_optimizer(args, task, reflection_lm, p, n, log_dir, out, run_name, registered_model_name)
     print(f"{task.name} {p}×{n}: W={args.workers}, budget {args.budget} metric calls, |train|={len(task.train)}, "
           f"|val|={len(task.val)}, |test|={len(task.test)}; validating the seed program ...", file=out, flush=True)
-    best = optimizer.compile(task.program, trainset=task.train, valset=task.val)
+    best = optimizer.compile(task.program, trainset=task.train, valset=task.val, testset=task.test or None)
     results = best.detailed_results
     # No candidate beat the seed: the returned program is the seed, so one test score serves both
     # (a second evaluation would only measure the LM's nondeterminism, and cost the time again).
     seed_test = results.test_score if results.best_idx == 0 else seed_test_score(task, args.workers)
     program_path = os.path.join(log_dir, "program.json")
     best.save(program_path)
-    uri = (args.mlflow_uri or _default_uri()) if tracked(args) else None
-    experiment = getattr(optimizer.tracker, "experiment", None)
+    uri = (args.tracking_uri or _default_uri()) if tracked(args) else None
+    experiment = getattr(optimizer.settings.tracker, "experiment", None)
     return RunOutcome(best, seed_test, program_path, uri, experiment, *logged_run(uri, results.mlflow_run_id))
 
 
@@ -234,7 +232,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     experiment = args.experiment or f"dspy-pxn-{task.name}"
     log_dir = args.log_dir or os.path.join("runs", f"{task.name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
     # The sweep registers its best child's program once, at the end, rather than every child's.
-    with resources, sweep(args.sweep_name or f"{task.name}-sweep", experiment=experiment, tracking_uri=args.mlflow_uri,
+    with resources, sweep(args.sweep_name or f"{task.name}-sweep", experiment=experiment, tracking_uri=args.tracking_uri,
                log_dir=log_dir, registered_model_name=args.register_model) as current:
         for p, n in shapes:
             child = current.child_log_dir(f"{p}x{n}")
@@ -246,7 +244,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     if current.run_id is None:
         print(f"MLflow was unreachable; the runs are in {log_dir} (dspy-pxn mlflow-import {log_dir}).")
         return 0
-    comparison = compare_experiment(experiment, os.path.join(log_dir, "comparison"), args.mlflow_uri,
+    comparison = compare_experiment(experiment, os.path.join(log_dir, "comparison"), args.tracking_uri,
                                      parent_run_id=current.run_id)
     print(comparison.table)
     print(f"\nsweep run {current.run_id} in experiment {experiment!r}; wrote {comparison.table_path}")

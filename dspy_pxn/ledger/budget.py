@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from dspy_pxn.checks import positive_int
+from dspy_pxn.ledger.ledger import RunStop
 
 # gepa's crossover (use_merge=True) scores the crossed program on at most this many val examples
 # (gepa.proposer.merge: num_subsample_ids=5) before its full validation.
@@ -61,12 +62,16 @@ class BudgetGuard:
     that makes them holds its own lock around them and around the state they are spent in.
     """
 
-    def __init__(self, max_metric_calls: int, valset_size: int, minibatch_size: int, crossover: bool = False):
+    def __init__(self, max_metric_calls: int, valset_size: int, minibatch_size: int, crossover: bool = False,
+                 name: str = "max_metric_calls", stop: RunStop | None = None):
         self.max_metric_calls = max_metric_calls
         self.valset_size = valset_size
         self.minibatch_size = minibatch_size
         self.crossover = crossover  # gepa's crossover (use_merge=True) may replace a step, or run beside them
+        self.name = name  # what the budget is called where it ends the run: "max_metric_calls", or "auto"
+        self.stop = stop or RunStop()  # the run's one "it is over" signal, which the guard gives for its budget
         self.reserved = 0  # calls promised to work in flight, not yet spent
+        self.open: set[Reservation] = set()  # the work in flight the promises are for
 
     @classmethod
     def of(cls, shape: RunShape, crossover: bool = False) -> BudgetGuard:
@@ -114,38 +119,73 @@ class BudgetGuard:
         return self.validations_affordable(self.remaining(state))
 
     # -- reservations: work in flight ---------------------------------------------------
-    def reserve_proposal(self, state: SpendsMetricCalls) -> bool:
-        """Promise one proposal's screening, if |val| stays free beside it for a validation."""
+    def _promise(self, calls: int, releasable: int) -> Reservation:
+        self.reserved += calls
+        reservation = Reservation(releasable)
+        self.open.add(reservation)
+        return reservation
+
+    def reserve_proposal(self, state: SpendsMetricCalls) -> Reservation | None:
+        """One proposal's screening (its parent's and its child's minibatch), if |val| stays free beside it for a
+        validation; the child's share may come back until the child is screened."""
         if self.max_proposals(state) < 1:
-            return False
-        self.reserved += self.proposal_cost()
-        return True
+            return None
+        return self._promise(self.proposal_cost(), releasable=self.minibatch_size)
 
-    def reserve_crossover(self, state: SpendsMetricCalls) -> bool:
-        """Promise one crossover's screening (gepa scores it on a few val examples), if |val| stays free
-        beside it for its validation."""
+    def reserve_crossover(self, state: SpendsMetricCalls) -> Reservation | None:
+        """One crossover's screening (gepa scores it on a few val examples), if |val| stays free beside it for its
+        validation."""
         if self.remaining(state) < CROSSOVER_SUBSAMPLE_CALLS + self.valset_size:
-            return False
-        self.reserved += CROSSOVER_SUBSAMPLE_CALLS
-        return True
+            return None
+        return self._promise(CROSSOVER_SUBSAMPLE_CALLS, releasable=CROSSOVER_SUBSAMPLE_CALLS)
 
-    def reserve_validations(self, state: SpendsMetricCalls, wanted: int) -> int:
-        """Promise up to ``wanted`` full validations; returns how many were promised."""
+    def reserve_validations(self, state: SpendsMetricCalls, wanted: int) -> Reservation | None:
+        """Up to ``wanted`` full validations (``reservation.validations``), which may all come back until it is
+        known which candidates are validated; None when not one fits."""
         granted = min(wanted, self.max_validations(state))
-        self.reserved += granted * self.valset_size
-        return granted
+        if granted < 1:
+            return None
+        reservation = self._promise(granted * self.valset_size, releasable=granted * self.valset_size)
+        reservation.validations = granted
+        return reservation
 
     def spend(self, state: SpendsMetricCalls, calls: int) -> None:
         """Promised calls were made: they count in gepa's state and are no longer reserved."""
         state.increment_evals(calls)
         self.reserved -= calls
 
-    def release(self, calls: int) -> None:
-        """Promised calls that will not be made (a proposal skipped, a validation not needed)."""
+    def release(self, reservation: Reservation, calls: int) -> None:
+        """Promised calls that will not be made (a child not screened, a validation not needed)."""
         self.reserved -= calls
+        reservation.releasable = max(0, reservation.releasable - calls)
 
-    def can_still_validate(self, state: SpendsMetricCalls, releasable: int) -> bool:
-        """Whether one more full validation could ever be paid for, if the ``releasable`` calls promised to
-        work in flight (the most it may still give back) came free. When not, no child still in flight can
-        be validated, so nothing in flight but the validations can change the run's result."""
-        return self.remaining(state) + releasable >= self.valset_size
+    def commit(self, reservation: Reservation) -> None:
+        """What is left of the promise will be spent: none of it can come back any more."""
+        reservation.releasable = 0
+
+    def close(self, reservation: Reservation) -> None:
+        """The work is over; whatever it did not spend was released."""
+        self.open.discard(reservation)
+
+    def can_still_validate(self, state: SpendsMetricCalls) -> bool:
+        """Whether one more full validation could ever be paid for, if all that work in flight may still give
+        back came free. When not, no child still in flight can be validated, so nothing in flight but the
+        validations can change the run's result."""
+        return self.remaining(state) + sum(r.releasable for r in self.open) >= self.valset_size
+
+    def ended(self, state: SpendsMetricCalls, crossover_due: bool = False) -> bool:
+        """Whether what is left cannot pay for the step the run would take next; if so, the guard says its budget
+        ended the run (``stop``: the first budget to say so is the one the run reports)."""
+        if self.can_step(self.remaining(state), crossover_due):
+            return False
+        self.stop.end(self.name, f"{self.remaining(state)} metric calls left cannot pay for another step")
+        return True
+
+
+@dataclass(eq=False)
+class Reservation:
+    """Calls the guard promised one piece of work in flight: how many of them it may still give back, and for
+    a validation's, how many validations it pays for."""
+
+    releasable: int
+    validations: int = 0

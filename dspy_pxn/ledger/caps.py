@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
@@ -87,7 +86,6 @@ class RunCaps(BaseCallback):
         self.reserved = self.reflection_reserved = 0.0
         self.prompt_bound = PromptTokenBound(tokens_per_byte)
         self._open: dict[str, tuple[float, bool, str, int]] = {}  # call id -> worst case, reflection?, model, size
-        self.deadline: float | None = None
         self.worst_reserved = 0.0  # every call's worst case reserved here, summed (a unit's, on a worker)
         self.refused_worst = 0.0  # the worst case of the call this gate refused
         self._warned_undercount = False
@@ -97,12 +95,9 @@ class RunCaps(BaseCallback):
         return self.max_cost_usd is not None or self.max_reflection_cost_usd is not None
 
     # -- the run's bounds ------------------------------------------------------------
-    def start(self) -> None:
-        """The search begins: the deadline counts from now."""
-        self.deadline = time.monotonic() + self.max_wall_s if self.max_wall_s is not None else None
-
     def seconds_left(self) -> float | None:
-        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+        """Seconds before the deadline, on the run's one clock (the pace's: the search began when it started)."""
+        return None if self.max_wall_s is None else max(0.0, self.max_wall_s - self.pace.elapsed())
 
     def usd_left(self) -> float | None:
         return None if self.max_cost_usd is None else max(0.0, self.max_cost_usd - self.ledger.spent_usd()[0])
@@ -165,7 +160,7 @@ class RunCaps(BaseCallback):
                 if self.stop.refusing or self._past_deadline():
                     over = self.stop.budget if self.stop.refusing else "max_wall_s"
                     break
-                left_s = self.seconds_left() if self.deadline is not None else 1.0
+                left_s = self.seconds_left() if self.max_wall_s is not None else 1.0
                 self.settled.wait(timeout=max(0.001, min(1.0, left_s)))  # looks again in a second, or at the deadline
             if over is None:
                 self.worst_reserved += worst
@@ -193,7 +188,7 @@ class RunCaps(BaseCallback):
         self.release(worst, reflection)
 
     def _past_deadline(self) -> bool:
-        return self.deadline is not None and time.monotonic() >= self.deadline
+        return self.max_wall_s is not None and self.pace.elapsed() >= self.max_wall_s
 
     def _worst_case(self, lm: Any, size: int, inputs: Mapping[str, Any]) -> float:
         model = str(getattr(lm, "model", ""))
@@ -240,10 +235,10 @@ class RunCaps(BaseCallback):
     def in_time(self, rollout_waves: int, reflections_in_series: int) -> bool:
         """Whether work of this critical path (waves of rollouts, reflections one after another) ends
         before the deadline, at the median wave and reflection seconds so far."""
-        if self.deadline is None:
+        seconds_left = self.seconds_left()
+        if seconds_left is None:
             return True
-        needed = rollout_waves * self.pace.wave_s() + reflections_in_series * self.pace.reflection_s()
-        return time.monotonic() + needed <= self.deadline
+        return rollout_waves * self.pace.wave_s() + reflections_in_series * self.pace.reflection_s() <= seconds_left
 
 
 @contextmanager

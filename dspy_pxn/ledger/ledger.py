@@ -202,12 +202,13 @@ class RunLedger(BilledTracker):
     their first billed call. ``earlier_usd``: dollars (all, reflection) a resumed run had spent before.
     """
 
-    def __init__(self, prices: dict[str, Price | None] | None = None, *, earlier_usd: tuple[float, float] = (0.0, 0.0)):
+    def __init__(self, prices: dict[str, Price | None] | None = None, *, earlier_usd: tuple[float, float] = (0.0, 0.0),
+                 stop: RunStop | None = None):
         super().__init__(self)
         self.parent: UsageTracker | None = None  # an enclosing tracker (``dspy.track_usage()`` around compile)
         self.prices: dict[str, Price | None] = dict(prices or {})
         self.earlier_usd, self.earlier_reflection_usd = earlier_usd
-        self.stop = RunStop()
+        self.stop = stop or RunStop()  # the run's, which its budget guard shares
         self._lock = threading.Lock()
         self._open: dict[str, Call] = {}
         self._tally = Tally()

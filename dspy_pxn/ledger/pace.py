@@ -1,21 +1,18 @@
-"""The run's pace: rollouts and reflections so far and how long they took, and the time left at that pace.
+"""The run's pace and its one clock: rollouts and reflections so far, how long they took, and the time left.
 
-The dollar and deadline caps plan from it (what the next piece of work will cost and how long it
-will take), and each step record tells from it how long until the first budget binds. One keeper
-for both, so the two can never disagree.
+The search's clock starts here (``start``): the wall-clock a result reports and the deadline the
+caps hold (``RunCaps.seconds_left``) are read from it. The dollar and deadline caps plan from the
+pace (what the next piece of work will cost and how long it will take), and each step record tells
+from it how long until the first budget binds. One keeper for all of it, so none can disagree; it
+knows nothing of the ledger or the caps (it is told their numbers).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING
 
 from dspy_pxn.events import Phase, StepListener, override
-
-if TYPE_CHECKING:  # types only
-    from dspy_pxn.ledger.caps import RunCaps
-    from dspy_pxn.ledger.ledger import RunLedger
 
 RECENT = 50  # the medians read the latest this many measurements: a run's latency drifts
 
@@ -37,6 +34,10 @@ class RunPace(StepListener):
     def start(self, workers: int, spent_usd: float) -> None:
         """The search begins on a pool of ``workers``, ``spent_usd`` spent before it (a resumed run's)."""
         self.workers, self.started, self._usd0 = workers, time.perf_counter(), spent_usd
+
+    def elapsed(self) -> float:
+        """Seconds since the search began: the run's one clock."""
+        return time.perf_counter() - self.started
 
     def steps_begin(self, metric_calls: int) -> None:
         """The first step begins with this many metric calls spent (the seed's validation, a resumed run's)."""
@@ -64,20 +65,22 @@ class RunPace(StepListener):
     def reflection_s(self) -> float:
         return _median(self._reflection_s)
 
-    def time_left(self, metric_calls: int, budget: int, ledger: RunLedger, caps: RunCaps | None
-                  ) -> tuple[float | None, str | None]:
-        """Seconds until the first budget binds at the pace this compile has kept, and that budget's name."""
-        elapsed = time.perf_counter() - self.started
+    def time_left(self, metric_calls: int, budget: int, spent_usd: float, usd_left: float | None,
+                  seconds_left: float | None) -> tuple[float | None, str | None]:
+        """Seconds until the first budget binds at the pace this compile has kept, and that budget's name: the
+        metric calls left at the calls a second so far, the dollars left (``usd_left``, None: no cap) at the
+        dollars a second so far (``spent_usd`` in all), the deadline's own ``seconds_left``."""
+        elapsed = self.elapsed()
         if elapsed <= 0:
             return None, None
         estimates: dict[str, float] = {}
         if (calls := metric_calls - (self._metric_calls0 or 0)) > 0:
             estimates["max_metric_calls"] = max(0, budget - metric_calls) * elapsed / calls
-        spent = ledger.spent_usd()[0] - (self._usd0 or 0.0)
-        if caps is not None and (left := caps.usd_left()) is not None and spent > 0:
-            estimates["max_cost_usd"] = left * elapsed / spent
-        if caps is not None and (seconds := caps.seconds_left()) is not None:
-            estimates["max_wall_s"] = seconds
+        spent = spent_usd - (self._usd0 or 0.0)
+        if usd_left is not None and spent > 0:
+            estimates["max_cost_usd"] = usd_left * elapsed / spent
+        if seconds_left is not None:
+            estimates["max_wall_s"] = seconds_left
         if not estimates:
             return None, None
         first = min(estimates, key=estimates.__getitem__)

@@ -67,7 +67,6 @@ class Allowance:
         dollars = self.per_item_usd
         caps = RunCaps(ledger, None if self.reflection else dollars, dollars if self.reflection else None, seconds,
                        tokens_per_byte=self.tokens_per_byte)
-        caps.start()
         return caps
 
     def named(self, reached: CapReached, gate: RunCaps | None) -> CapReached:

@@ -62,10 +62,12 @@ from gepa.strategies.proposal_sampling import ProposalTask
 from dspy_pxn import selection as selections
 from dspy_pxn import width as widths
 from dspy_pxn.events import Phase, StepListener, override
+from dspy_pxn.ledger.budget import Reservation
 from dspy_pxn.ledger.caps import CapReached, seed_validation_paid
 from dspy_pxn.schedules.crossover import MERGE_TAG, AsyncCrossover, valset_evaluation
 from dspy_pxn.schedules.gepa_events import GepaNotifier, pareto_front
 from dspy_pxn.schedules.parts import GepaParts
+from dspy_pxn.strategies import stopper_telling
 
 if TYPE_CHECKING:  # types only: the run imports the schedules, never the other way round
     from dspy_pxn.run import Live, Run
@@ -97,7 +99,7 @@ class AsyncSchedule(StepListener):
     @classmethod
     def run(cls, run: Run, live: Live) -> GEPAResult:
         state = cls(run, live).search()
-        return GEPAResult.from_state(state, run_dir=run.optimizer.log_dir, seed=run.optimizer.seed)
+        return GEPAResult.from_state(state, run_dir=run.settings.log_dir, seed=run.settings.seed)
 
     def __init__(self, run: Run, live: Live):
         self.run, self.live, self.guard = run, live, run.guard
@@ -114,16 +116,13 @@ class AsyncSchedule(StepListener):
         self.accepted_in_window = False
         self.launched = 0  # pipelines started: each one's proposal id
         self.caps, self.stop = live.caps, live.ledger.stop
-        # What work in flight may still give back to the budget: a pipeline its child's screening until the
-        # child is screened, a validation what it reserved until its selection ran (``_can_still_validate``).
-        self.unscreened_children = 0
-        self.unselected_calls = 0
-        self.reflecting: dict[str, ProposalTask] = {}  # pipelines waiting on their reflection, by proposal id
-        optimizer = run.optimizer
+        # Pipelines waiting on their reflection, by proposal id, with what the guard promised them.
+        self.reflecting: dict[str, tuple[ProposalTask, Reservation]] = {}
+        settings = run.settings
         self.crossover = AsyncCrossover(
-            live.adapter, self.valset, run.guard, self.lock, self.parts.rng, optimizer.max_merge_invocations,
-            optimizer.gepa_kwargs.get("merge_val_overlap_floor", 5), live.gepa_callbacks,
-        ) if optimizer.use_merge else None  # gepa's crossover, beside the pipelines
+            live.adapter, self.valset, run.guard, self.lock, self.parts.rng, settings.max_merge_invocations,
+            settings.gepa_kwargs.get("merge_val_overlap_floor", 5), live.gepa_callbacks,
+        ) if settings.use_merge else None  # gepa's crossover, beside the pipelines
 
     # ------------------------------------------------------------------------------ the run
     def search(self) -> GEPAState:
@@ -146,6 +145,8 @@ class AsyncSchedule(StepListener):
                         self._validate(validator, in_flight, queued)
                         queued = []
                 if not in_flight:
+                    with self.lock:
+                        self.guard.ended(self.state)  # says so on the run's stop signal if its budget ended it
                     break
                 if error is None and self._only_futile_reflections_left(in_flight):
                     self._stop_waiting_for_reflections()
@@ -190,10 +191,10 @@ class AsyncSchedule(StepListener):
         with seed_validation_paid():
             evaluation = self.live.adapter.evaluate(self.valset.fetch(ids), self.run.seed_candidate,
                                                     phase="validation")
-        optimizer = self.run.optimizer
+        settings = self.run.settings
         state = initialize_gepa_state(
-            run_dir=optimizer.log_dir, logger=LoggerAdapter(logger), seed_candidate=self.run.seed_candidate,
-            seed_valset_evaluation=valset_evaluation(ids, evaluation), track_best_outputs=optimizer.track_best_outputs,
+            run_dir=settings.log_dir, logger=LoggerAdapter(logger), seed_candidate=self.run.seed_candidate,
+            seed_valset_evaluation=valset_evaluation(ids, evaluation), track_best_outputs=settings.track_best_outputs,
         )
         self.live.adapter.set_adapter_state(state.adapter_state)
         self.notify.seed_validated(state, len(ids))
@@ -220,10 +221,10 @@ class AsyncSchedule(StepListener):
         self.notify.iteration_end(self.state, self.accepted_in_window)
 
     def _save(self) -> None:
-        optimizer = self.run.optimizer
+        settings = self.run.settings
         self.state.adapter_state = dict(self.live.adapter.get_adapter_state())
-        self.state.save(optimizer.log_dir, use_cloudpickle=bool(optimizer.gepa_kwargs.get("use_cloudpickle")))
-        self.notify.state_saved(self.state, optimizer.log_dir)
+        self.state.save(settings.log_dir, use_cloudpickle=bool(settings.gepa_kwargs.get("use_cloudpickle")))
+        self.notify.state_saved(self.state, settings.log_dir)
 
     # -- step events: each one starts the window it lands in; rollouts spend what was reserved for them
     @override
@@ -264,26 +265,27 @@ class AsyncSchedule(StepListener):
                     run_crossover = contextvars.copy_context().run
                     in_flight[executor.submit(run_crossover, self._crossover)] = "crossover"
                     continue
-                if not self.guard.reserve_proposal(self.state):
+                if (reservation := self.guard.reserve_proposal(self.state)) is None:
                     return
                 parent = self.parts.candidate_selector.select_candidate_idx(self.state)
                 ids = self.parts.sampler.next_minibatch_ids(self.trainset, self.state)
                 task = ProposalTask(parent, self.state.program_candidates[parent], ids, self.trainset.fetch(ids))
                 self.live.events.tasks_sampled([task])
                 self.launched += 1
-                self.unscreened_children += 1
             run_pipeline = contextvars.copy_context().run
-            in_flight[executor.submit(run_pipeline, self._pipeline, task, f"p{self.launched}")] = "proposal"
+            in_flight[executor.submit(run_pipeline, self._pipeline, task, reservation, f"p{self.launched}")] = (
+                "proposal")
 
-    def _pipeline(self, task: ProposalTask, proposal_id: str) -> _Screened | None:
-        """Parent on its minibatch (traced), one reflection, the child on the same minibatch."""
-        adapter, optimizer = self.live.adapter, self.run.optimizer
+    def _pipeline(self, task: ProposalTask, reservation: Reservation, proposal_id: str) -> _Screened | None:
+        """Parent on its minibatch (traced), one reflection, the child on the same minibatch; on the screening
+        the guard promised it (``reservation``)."""
+        adapter, settings = self.live.adapter, self.run.settings
         before = adapter.evaluate(task.minibatch, task.parent_candidate, capture_traces=True, phase="screening")
-        perfect = optimizer.skip_perfect_score and optimizer.perfect_score is not None and all(
-            s is not None and s >= optimizer.perfect_score for s in before.scores)  # as gepa's proposer skips
+        perfect = settings.skip_perfect_score and settings.perfect_score is not None and all(
+            s is not None and s >= settings.perfect_score for s in before.scores)  # as gepa's proposer skips
         if perfect or not before.trajectories:
             reason = "perfect score on the minibatch" if perfect else "no trajectories"
-            return self._no_child(task, before.scores, reason)
+            return self._no_child(task, reservation, before.scores, reason)
         with self.lock:
             components = self.parts.component_selector(self.state, before.trajectories, before.scores,
                                                        task.parent_idx, task.parent_candidate)
@@ -291,11 +293,11 @@ class AsyncSchedule(StepListener):
             dataset = adapter.make_reflective_dataset(task.parent_candidate, before, components)
         except Exception as error:  # noqa: BLE001 - as gepa: a task whose dataset cannot be built is skipped
             logger.info("No reflective dataset for parent %d: %s", task.parent_idx, error)
-            return self._no_child(task, before.scores, f"no reflective dataset: {error}")
+            return self._no_child(task, reservation, before.scores, f"no reflective dataset: {error}")
         with self.lock:
-            if not self._can_still_validate():
-                return self._no_child(task, before.scores, "no budget left to validate its child")
-            self.reflecting[proposal_id] = task
+            if not self.guard.can_still_validate(self.state):
+                return self._no_child(task, reservation, before.scores, "no budget left to validate its child")
+            self.reflecting[proposal_id] = (task, reservation)
         try:
             reflected = self.parts.reflection.propose((task.parent_candidate, dataset, components))
         finally:
@@ -306,10 +308,10 @@ class AsyncSchedule(StepListener):
                 return None
             if not reflected.new_texts:
                 error = (reflected.metadata or {}).get("reflection_error", "no new instruction")
-                return self._no_child(task, before.scores, f"the reflection proposed nothing: {error}")
-            if not self._can_still_validate():
-                return self._no_child(task, before.scores, "no budget left to validate its child")
-            self.unscreened_children -= 1  # its child's screening is spent from here on
+                return self._no_child(task, reservation, before.scores, f"the reflection proposed nothing: {error}")
+            if not self.guard.can_still_validate(self.state):
+                return self._no_child(task, reservation, before.scores, "no budget left to validate its child")
+            self.guard.commit(reservation)  # its child's screening is spent from here on
         child = {**task.parent_candidate, **reflected.new_texts}
         after = adapter.evaluate(task.minibatch, child, capture_traces=False, phase="screening")
         replies = {f"raw_lm_output:{name}": text for name, text in reflected.raw_lm_outputs.items()}
@@ -321,36 +323,31 @@ class AsyncSchedule(StepListener):
         with self.lock:
             improved = self.acceptance.should_accept(proposal, self.state)
             self.live.events.children_screened(1, int(improved))
+            self.guard.close(reservation)
         return _Screened(proposal, improved)
 
-    def _no_child(self, task: ProposalTask, scores: list[float], reason: str) -> None:
+    def _no_child(self, task: ProposalTask, reservation: Reservation, scores: list[float], reason: str) -> None:
         """The pipeline ends after its parent's screening: the child's reserved calls are not needed."""
         with self.lock:
-            self.guard.release(len(task.minibatch))
-            self.unscreened_children -= 1
+            self.guard.release(reservation, len(task.minibatch))
+            self.guard.close(reservation)
             self.notify.decided(task.parent_idx, "no_proposal", reason, minibatch_ids=task.minibatch_ids,
                                 scores=scores)
-
-    def _can_still_validate(self) -> bool:
-        """Whether a child still in flight could be validated: the budget left, with all that work in flight
-        may still give back. Under the lock."""
-        releasable = self.unscreened_children * self.guard.minibatch_size + self.unselected_calls
-        return self.guard.can_still_validate(self.state, releasable)
 
     def _only_futile_reflections_left(self, in_flight: dict[Future, str]) -> bool:
         """Whether all that is in flight is pipelines waiting on reflections whose children no budget is left
         to validate (see the module docstring: they cannot change the result)."""
         with self.lock:
             return (all(kind == "proposal" for kind in in_flight.values())
-                    and len(self.reflecting) == len(in_flight) and not self._can_still_validate())
+                    and len(self.reflecting) == len(in_flight) and not self.guard.can_still_validate(self.state))
 
     def _stop_waiting_for_reflections(self) -> None:
         """End the search with the last reflections still in flight (see the module docstring)."""
         with self.lock:
             self.live.ledger.search_returned()
-            for task in self.reflecting.values():
-                self._no_child(task, [], "the run ended before its reflection returned: no budget was left to "
-                               "validate its child")
+            for task, reservation in self.reflecting.values():
+                self._no_child(task, reservation, [], "the run ended before its reflection returned: no budget "
+                               "was left to validate its child")
             left_in_flight = len(self.reflecting)
         logger.info("The search ended with %d reflection(s) in flight: no budget was left to validate their "
                     "children; their LM calls finish in the background, outside this run's usage and LM call "
@@ -359,7 +356,7 @@ class AsyncSchedule(StepListener):
     def _stopped_by_user(self) -> bool:
         """Whether a stopper passed in ``gepa_kwargs["stop_callbacks"]`` says the run is over (no more launches)."""
         with self.lock:
-            return any(stopper(self.state) for stopper in self.run.optimizer.stop_callbacks)
+            return any(stopper_telling(self.stop, stopper)(self.state) for stopper in self.run.settings.stop_callbacks)
 
     def _crossover(self) -> _Validated | None:
         crossed = self.crossover.attempt(lambda: self.state, self.notify)
@@ -378,31 +375,35 @@ class AsyncSchedule(StepListener):
                                                           rollout_waves=self._waves(wanted * val),
                                                           reflections_in_series=merges):
                 wanted = 0
-            room = self.guard.reserve_validations(self.state, wanted) if wanted else 0
-            self.unselected_calls += room * val
-        if room == 0:
+            reservation = self.guard.reserve_validations(self.state, wanted) if wanted else None
+        if reservation is None:
             for proposal in batch:
                 self.notify.rejected(self.state, proposal, "no budget left to validate it", "improved_not_selected")
             return
-        in_flight[executor.submit(contextvars.copy_context().run, self._select_and_validate, batch, room)] = "validation"
+        in_flight[executor.submit(contextvars.copy_context().run, self._select_and_validate, batch, reservation)] = (
+            "validation")
 
     def _waves(self, rollouts: int) -> int:
         """Rounds of one task call each that this many rollouts take on the pool."""
         return -(-rollouts // self.live.pool.num_workers)
 
-    def _select_and_validate(self, batch: list[CandidateProposal], room: int) -> _Validated:
+    def _select_and_validate(self, batch: list[CandidateProposal], reservation: Reservation) -> _Validated:
         # Unlocked: a sibling merge calls the reflection LM here. Another validation's candidates may be
         # joining the state meanwhile; gepa appends a candidate before its scores, so the reads see a
         # consistent prefix of the pool (the newest candidate may not be among them yet).
-        selected = self.parts.selection.select_within(batch, self.state, self.acceptance, room)
+        selected = self.parts.selection.select_within(batch, self.state, self.acceptance, reservation.validations)
         with self.lock:
-            self.guard.release((room - len(selected)) * self.guard.valset_size)
-            self.unselected_calls -= room * self.guard.valset_size
+            self.guard.release(reservation, (reservation.validations - len(selected)) * self.guard.valset_size)
+            self.guard.commit(reservation)
             discovered_at = self.state.total_num_evals
         ids = list(self.valset.all_ids())
         examples = self.valset.fetch(ids)
-        evaluations = self.live.adapter.batch_evaluate([(p.candidate, examples) for p in selected],
-                                                       capture_traces=False, phase="validation")
+        try:
+            evaluations = self.live.adapter.batch_evaluate([(p.candidate, examples) for p in selected],
+                                                           capture_traces=False, phase="validation")
+        finally:
+            with self.lock:
+                self.guard.close(reservation)
         chosen = {id(p) for p in selected}
         return _Validated(selected, [valset_evaluation(ids, e) for e in evaluations],
                           [p for p in batch if id(p) not in chosen], discovered_at)
@@ -428,7 +429,7 @@ class AsyncSchedule(StepListener):
                 state.num_full_ds_evals += 1
                 index = state.update_state_with_new_program(
                     parent_program_idx=proposal.parent_program_ids, new_program=proposal.candidate,
-                    valset_evaluation=evaluation, run_dir=self.run.optimizer.log_dir,
+                    valset_evaluation=evaluation, run_dir=self.run.settings.log_dir,
                     num_metric_calls_by_discovery_of_new_program=validated.discovered_at,
                 )
                 state.full_program_trace[-1].setdefault("new_program_indices", []).append(index)

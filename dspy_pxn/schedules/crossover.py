@@ -31,7 +31,7 @@ from gepa.proposer.base import CandidateProposal
 from gepa.proposer.merge import MergeProposer
 
 from dspy_pxn.adapter import BatchedAdapter
-from dspy_pxn.ledger.budget import CROSSOVER_SUBSAMPLE_CALLS, BudgetGuard
+from dspy_pxn.ledger.budget import CROSSOVER_SUBSAMPLE_CALLS, BudgetGuard, Reservation
 from dspy_pxn.schedules.gepa_events import GepaNotifier
 
 logger = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ class AsyncCrossover:
             logger=LoggerAdapter(logger), valset=valset, evaluator=self._evaluate, use_merge=True,
             max_merge_invocations=max_merge_invocations, val_overlap_floor=val_overlap_floor, rng=rng,
             callbacks=callbacks)
-        self.in_flight = False
+        self.in_flight: Reservation | None = None  # the one attempt in flight, and what the guard promised it
         self._evaluated = 0
 
     # -- gepa's engine's bookkeeping, under the schedule's lock ------------------------------------
@@ -88,10 +88,10 @@ class AsyncCrossover:
         # Candidates found while a crossover is in flight owe more than gepa's one-at-a-time loop would; the
         # attempts stop at max_merge_invocations accepted, as its argument says.
         spent = self.proposer.total_merges_tested >= self.proposer.max_merge_invocations
-        if self.in_flight or not due or spent or not self.guard.reserve_crossover(state):
+        if self.in_flight is not None or not due or spent:
             return False
-        self.in_flight = True
-        return True
+        self.in_flight = self.guard.reserve_crossover(state)
+        return self.in_flight is not None
 
     # -- the attempt, in a pipeline thread ----------------------------------------------------------
     def propose(self, state: GEPAState) -> CandidateProposal | None:
@@ -102,11 +102,13 @@ class AsyncCrossover:
             proposal = self.proposer.propose(SpentByTheGuard(state))
         finally:
             self.proposer.last_iter_found_new_program = False  # an attempt consumes the new program's turn
-            self.guard.release(CROSSOVER_SUBSAMPLE_CALLS - self._evaluated)
+            self.guard.release(self.in_flight, CROSSOVER_SUBSAMPLE_CALLS - self._evaluated)
+            self.guard.close(self.in_flight)
         return proposal if proposal is not None and proposal.tag == MERGE_TAG else None
 
     def _evaluate(self, batch: list[Any], candidate: dict[str, str]) -> tuple[Any, Any, Any]:
         """gepa's evaluator for the proposer: the crossed candidate on its val examples, the lock released."""
+        self.guard.commit(self.in_flight)  # its screening is being spent: none of it comes back
         self.lock.release()
         try:
             evaluation = self.adapter.evaluate(batch, candidate, capture_traces=False, phase="screening")
@@ -127,17 +129,23 @@ class AsyncCrossover:
                 if not improves(proposal):
                     notify.merge_rejected(state(), proposal)
                     return None
-                if not self.guard.reserve_validations(state(), 1):
+                validation = self.guard.reserve_validations(state(), 1)
+                if validation is None:
                     notify.rejected(state(), proposal, "no budget left to validate it", "improved_not_selected")
                     return None
+                self.guard.commit(validation)
                 discovered_at = state().total_num_evals
             ids = list(self.valset.all_ids())
-            evaluation = self.adapter.evaluate(self.valset.fetch(ids), proposal.candidate, capture_traces=False,
-                                               phase="validation")
+            try:
+                evaluation = self.adapter.evaluate(self.valset.fetch(ids), proposal.candidate, capture_traces=False,
+                                                   phase="validation")
+            finally:
+                with self.lock:
+                    self.guard.close(validation)
             return Crossed(proposal, valset_evaluation(ids, evaluation), discovered_at)
         finally:
             with self.lock:
-                self.in_flight = False
+                self.in_flight = None
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,8 @@ from gepa.core.callbacks import (
 from gepa.core.data_loader import DataLoader
 from gepa.core.state import GEPAState, ValsetEvaluation
 from gepa.proposer.base import CandidateProposal
-from gepa.strategies.eval_policy import FullEvaluationPolicy
+
+from dspy_pxn.strategies import FULL_EVALUATION, best_program
 
 
 class GepaNotifier:
@@ -43,7 +44,6 @@ class GepaNotifier:
         self.callbacks = list(callbacks)
         self.lock = lock
         self.budget = budget
-        self.policy = FullEvaluationPolicy()  # what gepa's engine uses to name the best program
 
     def _tell(self, method: str, event: Any) -> None:
         with self.lock:
@@ -59,7 +59,7 @@ class GepaNotifier:
         scores = state.prog_candidate_val_subscores[0]
         self._tell("on_valset_evaluated", ValsetEvaluatedEvent(
             iteration=0, candidate_idx=0, candidate=state.program_candidates[0], scores_by_val_id=dict(scores),
-            average_score=self.policy.get_valset_score(0, state), num_examples_evaluated=len(scores),
+            average_score=FULL_EVALUATION.get_valset_score(0, state), num_examples_evaluated=len(scores),
             total_valset_size=valset_size, parent_ids=[], is_best_program=True, outputs_by_val_id=None))
         state.add_budget_hook(lambda total, delta: self._tell("on_budget_updated", BudgetUpdatedEvent(
             iteration=state.i + 1, metric_calls_used=total, metric_calls_delta=delta,
@@ -84,15 +84,15 @@ class GepaNotifier:
             iteration=state.i + 1, new_front=sorted(front_after), displaced_candidates=sorted(front_before - front_after)))
         self._tell("on_valset_evaluated", ValsetEvaluatedEvent(
             iteration=state.i + 1, candidate_idx=index, candidate=proposal.candidate,
-            scores_by_val_id=dict(evaluation.scores_by_val_id), average_score=self.policy.get_valset_score(index, state),
+            scores_by_val_id=dict(evaluation.scores_by_val_id), average_score=FULL_EVALUATION.get_valset_score(index, state),
             num_examples_evaluated=len(evaluation.scores_by_val_id), total_valset_size=valset_size,
-            parent_ids=list(proposal.parent_program_ids), is_best_program=index == self.policy.get_best_program(state),
+            parent_ids=list(proposal.parent_program_ids), is_best_program=index == best_program(state),
             outputs_by_val_id=None))
         self._tell("on_candidate_accepted", CandidateAcceptedEvent(
             iteration=state.i + 1, new_candidate_idx=index, new_score=sum(proposal.subsample_scores_after or ()),
             parent_ids=list(proposal.parent_program_ids)))
         self.decided(proposal.parent_program_ids[0], "validated", None, proposal, candidate=index,
-                     val_score=self.policy.get_valset_score(index, state))
+                     val_score=FULL_EVALUATION.get_valset_score(index, state))
 
     def rejected(self, state: GEPAState, proposal: CandidateProposal, reason: str, outcome: str) -> None:
         self._tell("on_candidate_rejected", CandidateRejectedEvent(
@@ -130,7 +130,7 @@ class GepaNotifier:
 
     def optimization_end(self, state: GEPAState) -> None:
         self._tell("on_optimization_end", OptimizationEndEvent(
-            best_candidate_idx=self.policy.get_best_program(state), total_iterations=state.i,
+            best_candidate_idx=best_program(state), total_iterations=state.i,
             total_metric_calls=state.total_num_evals, final_state=state))
 
 

@@ -43,20 +43,20 @@ class GepaParts:
 
     @classmethod
     def of(cls, run: Run, live: Live) -> GepaParts:
-        optimizer = run.optimizer
+        settings = run.settings
         # One RNG shared by parent selection and minibatch shuffling, as gepa.optimize does,
         # so a 1×1 run draws the same parents and minibatches as dspy.GEPA.
-        rng = random.Random(optimizer.seed)
-        sampler = SequentialMinibatchSampler(optimizer.reflection_minibatch_size, rng)
+        rng = random.Random(settings.seed)
+        sampler = SequentialMinibatchSampler(settings.reflection_minibatch_size, rng)
         # Their state is saved with gepa's, through the adapter's state hook (dspy_pxn.resume).
         live.adapter.checkpoint = RunCheckpoint(run.description.resume_settings(), sampler, rng,
                                                 dollars_spent=live.ledger.spent_usd)
-        selector = optimizer.candidate_selection_strategy
+        selector = settings.candidate_selection_strategy
         return cls(
             rng=rng,
             candidate_selector=CANDIDATE_SELECTORS[selector](rng) if isinstance(selector, str) else selector,
             sampler=sampler,
-            component_selector=component_selector(optimizer.component_selector),
+            component_selector=component_selector(settings.component_selector),
             reflection=PooledReflection(live.adapter, run.reflection_lm, live.pool, live.events),
             selection=BudgetCappedSelection(selection_strategy(run, live), run.guard, live.events),
         )

@@ -31,7 +31,7 @@ from gepa.core.state import GEPAState
 from dspy_pxn.ledger.caps import CapReached, seed_validation_paid
 from dspy_pxn.resume import RunCheckpoint
 from dspy_pxn.schedules.parts import GepaParts
-from dspy_pxn.strategies import CapsStopper, DistinctParentsPxN, ExactBudgetStopper
+from dspy_pxn.strategies import CapsStopper, DistinctParentsPxN, ExactBudgetStopper, stopper_telling
 
 if TYPE_CHECKING:  # types only: the run imports the schedules, never the other way round
     from dspy_pxn.run import Live, Run
@@ -44,16 +44,17 @@ class StepSchedule:
 
     @staticmethod
     def run(run: Run, live: Live) -> GEPAResult:
-        optimizer, parts = run.optimizer, GepaParts.of(run, live)
+        settings, parts = run.settings, GepaParts.of(run, live)
         # gepa's loop does not say which evaluations are the parents' or which phase a step is in:
         # the adapter follows the step's events.
         live.events.add(live.adapter)
-        crossover = CrossoverDue(optimizer.max_merge_invocations)
-        stoppers: list[Any] = [ExactBudgetStopper(run.guard, crossover.due), *optimizer.stop_callbacks]
+        crossover = CrossoverDue(settings.max_merge_invocations)
+        stoppers: list[Any] = [ExactBudgetStopper(run.guard, crossover.due),
+                               *(stopper_telling(run.guard.stop, stopper) for stopper in settings.stop_callbacks)]
         if live.caps is not None:
             stoppers.append(CapsStopper(live.caps, run.guard, run.p * run.n, live.pool.num_workers))
         driven = StateDriven()
-        selector = optimizer.candidate_selection_strategy  # a name: gepa builds it on its own generator
+        selector = settings.candidate_selection_strategy  # a name: gepa builds it on its own generator
         try:
             return gepa.optimize(
                 seed_candidate=run.seed_candidate,
@@ -68,21 +69,21 @@ class StepSchedule:
                 reflection_strategy=parts.reflection,
                 stop_callbacks=stoppers,
                 callbacks=[driven, crossover, live.recorder, *live.gepa_callbacks],
-                skip_perfect_score=optimizer.skip_perfect_score,
-                perfect_score=optimizer.perfect_score,
+                skip_perfect_score=settings.skip_perfect_score,
+                perfect_score=settings.perfect_score,
                 module_selector=parts.component_selector,
-                use_merge=optimizer.use_merge,
-                max_merge_invocations=optimizer.max_merge_invocations,
+                use_merge=settings.use_merge,
+                max_merge_invocations=settings.max_merge_invocations,
                 logger=LoggerAdapter(logger),
-                run_dir=optimizer.log_dir,
-                use_wandb=optimizer.use_wandb,
-                wandb_api_key=optimizer.wandb_api_key,
-                wandb_init_kwargs=optimizer.wandb_init_kwargs,
-                track_best_outputs=optimizer.track_best_outputs,
-                display_progress_bar=optimizer.display_progress_bar,
+                run_dir=settings.log_dir,
+                use_wandb=settings.use_wandb,
+                wandb_api_key=settings.wandb_api_key,
+                wandb_init_kwargs=settings.wandb_init_kwargs,
+                track_best_outputs=settings.track_best_outputs,
+                display_progress_bar=settings.display_progress_bar,
                 raise_on_exception=True,
-                seed=optimizer.seed,
-                **optimizer.gepa_kwargs,
+                seed=settings.seed,
+                **settings.gepa_kwargs,
             )
         except CapReached as reached:
             state = driven.state
@@ -91,8 +92,8 @@ class StepSchedule:
                     raise reached from None
             # gepa's state where a cap stopped its loop, saved (for resume) and read as gepa reads it.
             state.adapter_state = dict(live.adapter.get_adapter_state())
-            state.save(optimizer.log_dir, use_cloudpickle=bool(optimizer.gepa_kwargs.get("use_cloudpickle")))
-            return GEPAResult.from_state(state, run_dir=optimizer.log_dir, seed=optimizer.seed)
+            state.save(settings.log_dir, use_cloudpickle=bool(settings.gepa_kwargs.get("use_cloudpickle")))
+            return GEPAResult.from_state(state, run_dir=settings.log_dir, seed=settings.seed)
 
 
 class OnGepasGenerator:
