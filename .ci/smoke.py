@@ -24,14 +24,16 @@ import dspy, mlflow
 from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
 from dspy_pxn.testing import LatencyServer
+from dspy_pxn.tracking import MlflowTracker
 
 engine, uri = {} if sys.argv[1] == "native" else {"engine": sys.argv[1]}, sys.argv[2]
 train, val, test = sim.make_splits(seed=0, train=30, val=8, test=4)
 with LatencyServer(task_latency=0.01, reflection_latency=0.02) as server:
     dspy.configure(lm=server.lm("task", num_retries=3, **engine))
-    optimized = BatchedGEPA(metric=sim.metric, p=2, n=2, max_metric_calls=120, num_threads=8,
+    optimizer = BatchedGEPA(metric=sim.metric, p=2, n=2, max_metric_calls=120, num_threads=8,
                             reflection_lm=server.lm("reflection", num_retries=3, **engine),
-                            tracking_uri=uri, experiment="smoke").compile(sim.seed_program(), trainset=train, valset=val)
+                            tracker=MlflowTracker(tracking_uri=uri, experiment="smoke"))
+    optimized = optimizer.compile(sim.seed_program(), trainset=train, valset=val)
     results = optimized.detailed_results
     litellm_imported = "litellm" in sys.modules
     model_uri = mlflow.MlflowClient(uri).get_run(results.mlflow_run_id).data.tags["dspy_pxn.model_uri"]

@@ -51,7 +51,7 @@ def run_one(config: str, args, landscape: str, seed: int) -> dict:
     if config == "dspy.GEPA 1x1":
         teleprompter = dspy.GEPA(**common, track_stats=True, gepa_kwargs={"callbacks": [clock]})
     else:
-        teleprompter = BatchedGEPA(**common, p=4, n=4, callbacks=[clock])
+        teleprompter = BatchedGEPA(**common, p=4, n=4, gepa_kwargs={"callbacks": [clock]})
     with dspy.context(lm=task_lm):
         clock.start = time.perf_counter()
         best = teleprompter.compile(sim.seed_program(), trainset=train, valset=val)

@@ -32,7 +32,7 @@ import dspy
 from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
 from dspy_pxn.testing.mlflow_server import running_mlflow_server
-from dspy_pxn.tracking import mlflow_io
+from dspy_pxn.tracking import MlflowTracker, mlflow_io
 
 LOGGING_SECONDS: list[float] = []
 
@@ -53,10 +53,10 @@ def time_model_logging() -> None:
 
 def compile_once(seed: int, args: argparse.Namespace, tracking_uri: str | None) -> tuple[float, float]:
     train, val, _ = sim.make_splits(seed=0, train=30, val=args.val_size, test=8)
-    tracking = {"tracking_uri": tracking_uri, "experiment": "tracking-cost"} if tracking_uri else {"mlflow": False}
+    tracker = MlflowTracker(tracking_uri=tracking_uri, experiment="tracking-cost") if tracking_uri else False
     lm = sim.SimulatedLM(task_latency=args.task_latency, reflection_latency=args.reflection_latency)
     optimizer = BatchedGEPA(metric=sim.metric, p=args.p, n=args.n, max_metric_calls=args.budget, num_threads=16,
-                            reflection_lm=lm, seed=seed, **tracking)
+                            reflection_lm=lm, seed=seed, tracker=tracker)
     started = time.perf_counter()
     with dspy.context(lm=lm):
         program = optimizer.compile(sim.seed_program(), trainset=train, valset=val)

@@ -84,7 +84,7 @@ def make_optimizer(config: str, workers: int, server: LatencyServer | InProcessL
     if config.startswith("dspy.GEPA"):
         return dspy.GEPA(**common, track_stats=True)
     schedule = "async" if "async" in config else "steps"
-    return BatchedGEPA(**common, p=p, n=n, schedule=schedule, selection="all", mlflow=False,
+    return BatchedGEPA(**common, p=p, n=n, schedule=schedule, selection="all", tracker=False,
                        pool=pool if ray_actors(config) else None)
 
 

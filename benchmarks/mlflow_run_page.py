@@ -98,18 +98,20 @@ def tracked_compile(uri: str, task_latency: float, reflection_latency: float) ->
 
     from dspy_pxn import BatchedGEPA
     from dspy_pxn import testing as sim
+    from dspy_pxn.tracking import MlflowTracker
 
     train, val, test = sim.make_splits(seed=0, train=24, val=8, test=12)
 
     def lm() -> sim.SimulatedLM:
         return sim.SimulatedLM(task_latency=task_latency, reflection_latency=reflection_latency)
 
+    tracker = MlflowTracker(tracking_uri=uri, experiment="run-page", run_name="4x2 on the run page",
+                            registered_model_name="run-page-program")
     opt = BatchedGEPA(metric=sim.metric, p=4, n=2, max_metric_calls=200, num_threads=8, reflection_lm=lm(),
-                      tracking_uri=uri, experiment="run-page", run_name="4x2 on the run page", testset=test,
-                      registered_model_name="run-page-program")
+                      tracker=tracker)
     start = time.monotonic()
     with dspy.context(lm=lm()):
-        program = opt.compile(sim.seed_program(), trainset=train, valset=val)
+        program = opt.compile(sim.seed_program(), trainset=train, valset=val, testset=test)
     seconds = time.monotonic() - start
     run_id = program.detailed_results.mlflow_run_id
     if not run_id:

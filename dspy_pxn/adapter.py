@@ -33,7 +33,7 @@ from gepa.strategies.proposal_sampling import ProposalTask
 
 from dspy_pxn.events import Phase, StepEvents, StepListener, override
 from dspy_pxn.pools import WorkerPool
-from dspy_pxn.resume import CHECKPOINT_KEY, RunCheckpoint
+from dspy_pxn.resume import CHECKPOINT_KEY, Checkpoint
 from dspy_pxn.rollout import CandidateRollouts, RolloutResult, candidate_key, check_seed_validation
 
 logger = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ class BatchedAdapter(DspyAdapter, StepListener):
         self._replays: dict[tuple[str, tuple[int, ...]], EvaluationBatch] = {}
         self._lock = threading.Lock()
         # Strategy state saved with gepa's own state file (dspy_pxn.resume); None: nothing to save.
-        self.checkpoint: RunCheckpoint | None = None
+        self.checkpoint: Checkpoint | None = None
         # The run's first evaluation (the seed on the valset) shows whether the program and metric work at all.
         self._first_evaluation_checked = False
         self._evaluations = itertools.count()  # each evaluation builds its own program, as dspy.GEPA's does
@@ -83,14 +83,16 @@ class BatchedAdapter(DspyAdapter, StepListener):
         """dspy's own adapter state (its random generator) and, when set, our strategies' checkpoint."""
         state = dict(super().get_adapter_state())
         if self.checkpoint is not None:
-            state[CHECKPOINT_KEY] = self.checkpoint.snapshot()
+            snapshot, _ = self.checkpoint
+            state[CHECKPOINT_KEY] = snapshot()
         return state
 
     def set_adapter_state(self, state: dict[str, Any]) -> None:
         super().set_adapter_state(state)
         saved = state.get(CHECKPOINT_KEY)
         if self.checkpoint is not None and saved is not None:
-            self.checkpoint.restore(saved)
+            _, restore = self.checkpoint
+            restore(saved)
 
     def replay_once(self, candidate: dict[str, str], batch: Sequence[Example], evaluation: EvaluationBatch) -> None:
         """Answer the next evaluation of (candidate, batch) with ``evaluation`` instead of running it.

@@ -2,7 +2,8 @@
 
 Tracking (MLflow params, the comparison's "same setup" check) and resume (refusing to
 continue a run under other settings) both need to say what a run *is*: each compile
-writes one ``RunDescription`` (``dspy_pxn.run``) and each reads its own view of it.
+writes one ``RunDescription`` (``dspy_pxn.run``), a record, and each reads its own view of it
+(``params``, ``label``; ``resume_settings``).
 """
 
 from __future__ import annotations
@@ -87,36 +88,40 @@ class RunDescription:
     # The budgets in dollars and seconds, when given (dspy_pxn.ledger.caps); like the budget, a resume may change them.
     caps: dict[str, float] = field(default_factory=dict)
 
-    @property
-    def label(self) -> str:
-        """How runs are named and compared: '4x4', '16x1 best', '8x2 top-2', '4x4 merge async'."""
-        return (f"{self.p}x{self.n}" + ("" if self.selection == "all" else f" {self.selection}")
-                + ("" if self.schedule == "steps" else f" {self.schedule}"))
 
-    def params(self) -> dict[str, str]:
-        """What distinguishes one configuration from another, as tracking parameters (no keys, no endpoints)."""
-        values = {
-            "p": self.p, "n": self.n, "num_workers": self.num_workers, "budget": self.budget, "seed": self.seed,
-            "selection": self.selection, "schedule": self.schedule, "reflection_minibatch_size": self.minibatch_size,
-            "candidate_selection_strategy": self.candidate_selection, "crossover": self.crossover,
-            "task_lm": ",".join(sorted({lm_name(lm) for lm in self.task_lms})),
-            "reflection_lm": lm_name(self.reflection_lm) if self.reflection_lm is not None else "custom proposer",
-            "program": self.program, "predictors": self.predictors, "code_components": self.code_components,
-            "dataset": self.dataset, "trainset_size": self.trainset_size, "valset_size": self.valset_size,
-            "testset_size": self.testset_size, **self.caps,
-        }
-        return {key: str(value) for key, value in values.items()}
+def label(description: RunDescription) -> str:
+    """How runs are named and compared: '4x4', '16x1 best', '8x2 top-2', '4x4 merge async'."""
+    d = description
+    return (f"{d.p}x{d.n}" + ("" if d.selection == "all" else f" {d.selection}")
+            + ("" if d.schedule == "steps" else f" {d.schedule}"))
 
-    def resume_settings(self) -> dict[str, Any]:
-        """What a resumed run must share with the run it continues. The budget may differ: it only
-        moves the stopping point, so raising it extends a finished run deliberately. The LMs are
-        part of it: a run continued with another model, or the same model at another endpoint,
-        would mix two runs' answers into one result."""
-        return {
-            "p": self.p, "n": self.n, "minibatch_size": self.minibatch_size, "seed": self.seed,
-            "selection": self.selection, "schedule": self.schedule, "crossover": self.crossover,
-            "trainset": self.trainset_digest,
-            "valset": self.valset_digest, "seed_candidate": self.seed_candidate_digest,
-            "task_lm": ", ".join(sorted({lm_identity(lm) for lm in self.task_lms})),
-            "reflection_lm": lm_identity(self.reflection_lm),
-        }
+
+def params(description: RunDescription) -> dict[str, str]:
+    """What distinguishes one configuration from another, as tracking parameters (no keys, no endpoints)."""
+    d = description
+    values = {
+        "p": d.p, "n": d.n, "num_workers": d.num_workers, "budget": d.budget, "seed": d.seed,
+        "selection": d.selection, "schedule": d.schedule, "reflection_minibatch_size": d.minibatch_size,
+        "candidate_selection_strategy": d.candidate_selection, "crossover": d.crossover,
+        "task_lm": ",".join(sorted({lm_name(lm) for lm in d.task_lms})),
+        "reflection_lm": lm_name(d.reflection_lm) if d.reflection_lm is not None else "custom proposer",
+        "program": d.program, "predictors": d.predictors, "code_components": d.code_components,
+        "dataset": d.dataset, "trainset_size": d.trainset_size, "valset_size": d.valset_size,
+        "testset_size": d.testset_size, **d.caps,
+    }
+    return {key: str(value) for key, value in values.items()}
+
+
+def resume_settings(description: RunDescription) -> dict[str, Any]:
+    """What a resumed run must share with the run it continues. The budget may differ: it only
+    moves the stopping point, so raising it extends a finished run deliberately. The LMs are
+    part of it: a run continued with another model, or the same model at another endpoint,
+    would mix two runs' answers into one result."""
+    d = description
+    return {
+        "p": d.p, "n": d.n, "minibatch_size": d.minibatch_size, "seed": d.seed,
+        "selection": d.selection, "schedule": d.schedule, "crossover": d.crossover,
+        "trainset": d.trainset_digest, "valset": d.valset_digest, "seed_candidate": d.seed_candidate_digest,
+        "task_lm": ", ".join(sorted({lm_identity(lm) for lm in d.task_lms})),
+        "reflection_lm": lm_identity(d.reflection_lm),
+    }

@@ -1,6 +1,6 @@
 """A bounded, thread-safe memo, for work a run repeats with the same key.
 
-Built programs per candidate, objects stored in Ray once, references an actor has resolved:
+Built programs per evaluation, objects stored in Ray once, references an actor has resolved:
 each is made once per key and kept while recently used, so memory stays bounded over a long run.
 """
 
@@ -9,30 +9,31 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 V = TypeVar("V")
 
+Memo = Callable[[Hashable, Callable[[], V]], V]
 
-class LruMemo(Generic[V]):
-    """``get(key, make)``: the value made for ``key``, made once even when two threads ask at once.
+
+def lru_memo(capacity: int) -> Memo:
+    """``memo(key, make)``: the value made for ``key``, made once even when two threads ask at once.
 
     ``make`` runs under the memo's lock, so concurrent first requests for one key wait for a
     single value instead of making two (an actor resolving one reference twice would hold two
-    copies of a function and split its caches).
+    copies of a function and split its caches; two rollouts of one evaluation, two programs).
     """
+    values: OrderedDict[Hashable, V] = OrderedDict()
+    lock = threading.Lock()
 
-    def __init__(self, capacity: int):
-        self.capacity = capacity
-        self._values: OrderedDict[Hashable, V] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: Hashable, make: Callable[[], V]) -> V:
-        with self._lock:
-            if key in self._values:
-                self._values.move_to_end(key)
-                return self._values[key]
-            value = self._values[key] = make()
-            while len(self._values) > self.capacity:
-                self._values.popitem(last=False)
+    def memo(key: Hashable, make: Callable[[], V]) -> V:
+        with lock:
+            if key in values:
+                values.move_to_end(key)
+                return values[key]
+            value = values[key] = make()
+            while len(values) > capacity:
+                values.popitem(last=False)
             return value
+
+    return memo

@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -279,7 +278,7 @@ class StepRecorder(StepListener):
 
     def end(self, state: GEPAState) -> StepRecord:
         """The step is over: its record goes to ``steps`` and to every sink."""
-        wall = time.perf_counter() - self._t0
+        wall = self.pace.elapsed() - self._t0
         busy = self.pool.busy_seconds() - self._busy0
         scores = state.program_full_scores_val_set
         total = self.ledger.tally()
@@ -343,8 +342,7 @@ class StepRecorder(StepListener):
 
     def start(self, state: GEPAState | None) -> None:
         """A step begins: everything heard from now on is its."""
-        self._t0 = time.perf_counter()
-        self._started_at = time.time()
+        self._t0, self._started_at = self.pace.elapsed(), self.pace.now_epoch()  # the run's one clock
         self._busy0 = self.pool.busy_seconds()
         self._calls0 = state.total_num_evals if state is not None else 0
         if state is not None:

@@ -10,10 +10,11 @@ the prompts and parsing are exactly dspy.GEPA's.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import dspy
@@ -67,33 +68,33 @@ def mutation_rollout_ids(jobs: Sequence[ReflectionJob]) -> list[int | None]:
     return ids
 
 
-class ReflectionCall:
-    """One reflection LM call: dspy's own ``propose_new_texts`` for a job, under a given LM.
+def reflection_call(adapter: DspyAdapter) -> Callable[[tuple[ReflectionJob, dspy.BaseLM | None]], ReflectionProposal]:
+    """One reflection LM call as a function of (job, LM), for the pool: dspy's own ``propose_new_texts``.
 
-    Picklable (the adapter travels without its driver-only state), so a remote pool can run
-    reflection calls on its workers; the reflective dataset is built on the driver, which
-    holds the optimizer's state, and travels with the job.
+    Picklable (the adapter travels without its driver-only state), so a remote pool can run reflection
+    calls on its workers; the reflective dataset is built on the driver, which holds the optimizer's state,
+    and travels with the job. ``reflects``: a pool that sends it elsewhere charges its LM calls to the
+    reflection budget.
     """
+    call = functools.partial(reflect, adapter)
+    call.reflects = True  # type: ignore[attr-defined]
+    return call
 
-    reflects = True  # a pool that sends it elsewhere charges its LM calls to the reflection budget
 
-    def __init__(self, adapter: DspyAdapter):
-        self.adapter = adapter
-
-    def __call__(self, job_and_lm: tuple[ReflectionJob, dspy.BaseLM | None]) -> ReflectionProposal:
-        """The job's proposal, under DSPy's own context for it (``lm``; the callbacks as they are), with the
-        reflection LM's raw replies (what gepa's trackers show as ``raw_lm_outputs``)."""
-        (candidate, reflective_dataset, components), lm = job_and_lm
-        adapter = copy.copy(self.adapter)  # this job's reflection LM (DSPy 3.4.0's proposer reads it from the adapter)
-        adapter.reflection_lm = lm
-        try:
-            with dspy.context(lm=lm, **{REFLECTING: True}), feed.hearing_replies() as replies:
-                new_texts = DspyAdapter.propose_new_texts(adapter, candidate, reflective_dataset, components)
-        except Exception as error:  # noqa: BLE001 - one failed reflection drops one proposal
-            return ReflectionProposal(new_texts={}, metadata={"reflection_error": f"{type(error).__name__}: {error}"})
-        feedback = {component: feedback_text(reflective_dataset, component) for component in new_texts}
-        return ReflectionProposal(new_texts=new_texts, raw_lm_outputs=by_component(replies, list(new_texts)),
-                                  metadata={FEEDBACK_KEY: feedback})
+def reflect(adapter: DspyAdapter, job_and_lm: tuple[ReflectionJob, dspy.BaseLM | None]) -> ReflectionProposal:
+    """The job's proposal, under DSPy's own context for it (``lm``; the callbacks as they are), with the
+    reflection LM's raw replies (what gepa's trackers show as ``raw_lm_outputs``)."""
+    (candidate, reflective_dataset, components), lm = job_and_lm
+    adapter = copy.copy(adapter)  # this job's reflection LM (DSPy 3.4.0's proposer reads it from the adapter)
+    adapter.reflection_lm = lm
+    try:
+        with dspy.context(lm=lm, **{REFLECTING: True}), feed.hearing_replies() as replies:
+            new_texts = DspyAdapter.propose_new_texts(adapter, candidate, reflective_dataset, components)
+    except Exception as error:  # noqa: BLE001 - one failed reflection drops one proposal
+        return ReflectionProposal(new_texts={}, metadata={"reflection_error": f"{type(error).__name__}: {error}"})
+    feedback = {component: feedback_text(reflective_dataset, component) for component in new_texts}
+    return ReflectionProposal(new_texts=new_texts, raw_lm_outputs=by_component(replies, list(new_texts)),
+                              metadata={FEEDBACK_KEY: feedback})
 
 
 def by_component(replies: list[str], components: list[str]) -> dict[str, str]:
@@ -124,7 +125,7 @@ class PooledReflection:
         self.pool = pool
         self.events = events or StepEvents()
         self._warned_zero_temperature = False
-        self._call = ReflectionCall(adapter)
+        self._call = reflection_call(adapter)
         builtin = _builtin(adapter.custom_instruction_proposer) and adapter.custom_code_proposer is None
         self.remote = builtin and getattr(pool, "remote", False)
 

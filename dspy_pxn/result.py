@@ -31,7 +31,7 @@ class BatchedGEPAResult(DspyGEPAResult):
             left to validate; those calls are ``abandoned``, in no other count (``dspy_pxn.ledger``).
         stopped_by: The budget that ended the search: ``"max_metric_calls"`` (no useful step fitted),
             ``"auto"`` (the proposals its level states were made), ``"max_cost_usd"``,
-            ``"max_reflection_cost_usd"`` or ``"max_wall_s"``.
+            ``"max_reflection_cost"`` or ``"max_wall_s"``.
     """
 
     steps: tuple[StepRecord, ...] = ()

@@ -8,7 +8,7 @@ the run it continues; gepa evaluates the seed on the whole valset before it look
 saved state, paying |val| LM calls whose result it then discards; and nothing stops a
 resume under different settings from mixing two runs into one state.
 
-``RunCheckpoint`` rides on gepa's own adapter-state hook (``get_adapter_state`` /
+``checkpoint`` rides on gepa's own adapter-state hook (``get_adapter_state`` /
 ``set_adapter_state``), so our state is pickled in the same file, at the same moment,
 as gepa's: the two can never disagree about which step was the last completed one.
 """
@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -81,32 +79,19 @@ def saved_dollars(saved: GEPAState | None) -> tuple[float, float]:
     return float(checkpoint.get("spent_usd", 0.0)), float(checkpoint.get("reflection_spent_usd", 0.0))
 
 
-class RunCheckpoint:
-    """The strategies' state, saved and restored through gepa's adapter-state hook."""
+Checkpoint = tuple[Callable[[], dict[str, Any]], Callable[[dict[str, Any]], None]]  # (snapshot, restore)
 
-    def __init__(self, settings: dict[str, Any], sampler: SequentialMinibatchSampler, rng: random.Random,
-                 dollars_spent: Callable[[], tuple[float, float]]):
-        self.settings = settings
-        self.sampler = sampler
-        self.rng = rng  # the generator parents, minibatches and crossovers draw from (the step loop: gepa's)
-        self.dollars_spent = dollars_spent  # in all and on reflection, this run's and the runs it resumed
 
-    def snapshot(self) -> dict[str, Any]:
-        return {
-            "settings": dict(self.settings),
-            "sampler_calls": self.sampler.calls,
-            "sampler_epoch": self.sampler.epoch,
-            "sampler_shuffled_ids": list(self.sampler.shuffled_ids),
-            "sampler_last_trainset_size": self.sampler.last_trainset_size,
-            "sampler_id_freqs": dict(self.sampler.id_freqs),
-            "rng": self.rng.getstate(),
-            **dict(zip(("spent_usd", "reflection_spent_usd"), self.dollars_spent(), strict=True)),
-        }
+def checkpoint(settings: dict[str, Any], sampler: SequentialMinibatchSampler,
+               dollars_spent: Callable[[], tuple[float, float]]) -> Checkpoint:
+    """What the adapter saves with gepa's state, and how a resumed run restores it: the settings a resume must
+    match, the sampler's position and the generator parents, minibatches and crossovers draw from (the
+    sampler's: in the step loop, gepa's own), and the dollars spent (``dollars_spent``: in all and on
+    reflection, this run's and the runs it resumed)."""
 
-    def restore(self, saved: dict[str, Any]) -> None:
-        self.sampler.calls = saved["sampler_calls"]
-        self.sampler.epoch = saved["sampler_epoch"]
-        self.sampler.shuffled_ids = list(saved["sampler_shuffled_ids"])
-        self.sampler.last_trainset_size = saved["sampler_last_trainset_size"]
-        self.sampler.id_freqs = Counter(saved["sampler_id_freqs"])
-        self.rng.setstate(saved["rng"])
+    def snapshot() -> dict[str, Any]:
+        return {"settings": dict(settings), **sampler.position(),
+                **dict(zip(("spent_usd", "reflection_spent_usd"), dollars_spent(), strict=True))}
+
+    return snapshot, sampler.restore
+

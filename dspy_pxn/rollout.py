@@ -27,7 +27,7 @@ from dspy.utils.exceptions import AdapterParseError
 
 from dspy_pxn import checks
 from dspy_pxn.ledger.ledger import BilledTracker, RunLedger
-from dspy_pxn.memo import LruMemo
+from dspy_pxn.memo import lru_memo
 
 logger = logging.getLogger(__name__)
 
@@ -47,12 +47,7 @@ class RolloutResult:
     trace: list | None
     error: str | None = None
     raised: BaseException | None = None
-    where: str | None = None
-
-    @property
-    def program_raised(self) -> bool:
-        """The program itself raised (not the metric, not a reply the adapter could not parse)."""
-        return self.where is not None
+    where: str | None = None  # set only when the program itself raised (not the metric, nor an unparsed reply)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -186,11 +181,11 @@ class CandidateRollouts:
         self.metric = metric
         self.failure_score = failure_score
         self.code_components = code_components
-        self._programs: LruMemo[dspy.Module] = LruMemo(PROGRAMS_KEPT)
+        self._programs = lru_memo(PROGRAMS_KEPT)
 
     def program(self, candidate: dict[str, str], evaluation: int) -> dspy.Module:
         """The evaluation's program, built on first use; a candidate that cannot be built raises."""
-        return self._programs.get((candidate_key(candidate), evaluation), lambda: self.build(candidate))
+        return self._programs((candidate_key(candidate), evaluation), lambda: self.build(candidate))
 
     def __call__(self, task: RolloutTask) -> RolloutResult:
         candidate, example, capture, evaluation = task
@@ -201,7 +196,7 @@ class CandidateRollouts:
         return {k: v for k, v in self.__dict__.items() if k != "_programs"}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, _programs=LruMemo(PROGRAMS_KEPT))
+        self.__dict__.update(state, _programs=lru_memo(PROGRAMS_KEPT))
 
 
 # The seed's validation rollouts that must raise (at least this share) for the run to stop with the
@@ -220,7 +215,7 @@ def check_seed_validation(results: Sequence[RolloutResult], examples: Sequence[E
     """
     if not results:
         return
-    raised = [(r, e) for r, e in zip(results, examples, strict=True) if r.program_raised]
+    raised = [(r, e) for r, e in zip(results, examples, strict=True) if r.where is not None]  # the program itself raised
     if len(raised) >= max(1, math.ceil(BROKEN_PROGRAM_SHARE * len(results))):
         first, example = raised[0]
         note = (f"The seed program raised on {len(raised)} of the {len(results)} validation examples, so the "

@@ -26,7 +26,7 @@ from gepa.core.state import GEPAState
 from dspy_pxn import checks, components, metrics, resume
 from dspy_pxn import selection as selections
 from dspy_pxn.adapter import BatchedAdapter
-from dspy_pxn.description import RunDescription, digest, lm_name
+from dspy_pxn.description import RunDescription, digest, lm_name, resume_settings
 from dspy_pxn.events import StepEvents
 from dspy_pxn.holdout import holdout_score
 from dspy_pxn.ledger import caps as caps_gate
@@ -103,7 +103,7 @@ class Run:
                                budget, workers, reflection_lm)
         saved_state = resume.load_saved_state(settings.log_dir)
         if saved_state is not None:
-            resume.check_resumable(saved_state, description.resume_settings(), settings.log_dir)
+            resume.check_resumable(saved_state, resume_settings(description), settings.log_dir)
         use_bundled_price_maps()  # before the first LM call: no network but the user's LMs
         prices = caps_gate.priced_for_caps(settings.max_cost_usd, settings.max_reflection_cost_usd,
                                            feed.reachable_lms(dspy.settings.lm, reflection_lm, student))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -126,6 +127,19 @@ class SequentialMinibatchSampler(EpochShuffledBatchSampler):
         start = position % len(self.shuffled_ids)
         return self.shuffled_ids[start : start + self.minibatch_size]
 
+    def position(self) -> dict[str, Any]:
+        """Where the sampler is, and its generator's state: what a resumed run restores (``dspy_pxn.resume``)."""
+        return {"sampler_calls": self.calls, "sampler_epoch": self.epoch,
+                "sampler_shuffled_ids": list(self.shuffled_ids), "sampler_last_trainset_size": self.last_trainset_size,
+                "sampler_id_freqs": dict(self.id_freqs), "rng": self.rng.getstate()}
+
+    def restore(self, saved: dict[str, Any]) -> None:
+        self.calls, self.epoch = saved["sampler_calls"], saved["sampler_epoch"]
+        self.shuffled_ids = list(saved["sampler_shuffled_ids"])
+        self.last_trainset_size = saved["sampler_last_trainset_size"]
+        self.id_freqs = Counter(saved["sampler_id_freqs"])
+        self.rng.setstate(saved["rng"])
+
 
 def best_program(state: GEPAState) -> int:
     """The run's best candidate: the highest mean validation score, the earliest on a tie. gepa's own rule
@@ -210,12 +224,12 @@ class DistinctParentsPxN:
 
 
 class BudgetCappedSelection:
-    """Wraps a selection strategy so full validation never exceeds the budget.
+    """Wraps a selection strategy so gepa's step loop never validates past the budget.
 
     When the budget validates fewer children than were selected, the ones with the largest
-    minibatch improvement go first (ties keep proposal order). gepa's step loop calls
-    ``select``, which also reports the step's screening; a schedule that has reported its
-    screenings and reserved the validations it may pay for calls ``select_within``.
+    minibatch improvement go first (``selected_within``, which the asynchronous schedule calls with
+    the validations it reserved). ``select`` also reports the step's screening, which gepa's loop
+    does not tell.
     """
 
     def __init__(self, inner: SelectionStrategy, guard: BudgetGuard, events: StepEvents | None = None):
@@ -233,24 +247,21 @@ class BudgetCappedSelection:
         # runtime model needs this per-proposal pass rate, which "best"/top-k selection hides.
         improved = sum(acceptance_criterion.should_accept(p, state) for p in proposals)
         self.events.children_screened(len(proposals), improved)
-        return self.select_within(proposals, state, acceptance_criterion, self.guard.max_validations(state))
+        return selected_within(self.inner, proposals, state, acceptance_criterion, self.guard.max_validations(state))
 
-    def select_within(
-        self,
-        proposals: list[CandidateProposal],
-        state: GEPAState,
-        acceptance_criterion: AcceptanceCriterion,
-        validations: int,
-    ) -> list[CandidateProposal]:
-        """The inner strategy's choice, cut to at most ``validations`` candidates, best improvement first."""
-        if validations < 1:
-            return []
-        selected = self.inner.select(proposals, state, acceptance_criterion)
-        if len(selected) <= validations:
-            return selected
-        ranked = sorted(selected, key=improvement, reverse=True)[:validations]
-        keep = {id(p) for p in ranked}
-        return [p for p in selected if id(p) in keep]
+
+def selected_within(selection: SelectionStrategy, proposals: list[CandidateProposal], state: GEPAState,
+                    acceptance_criterion: AcceptanceCriterion, validations: int) -> list[CandidateProposal]:
+    """``selection``'s choice, cut to at most ``validations`` candidates, best improvement first (ties keep
+    proposal order)."""
+    if validations < 1:
+        return []
+    selected = selection.select(proposals, state, acceptance_criterion)
+    if len(selected) <= validations:
+        return selected
+    ranked = sorted(selected, key=improvement, reverse=True)[:validations]
+    keep = {id(p) for p in ranked}
+    return [p for p in selected if id(p) in keep]
 
 
 def improvement(proposal: CandidateProposal) -> float:

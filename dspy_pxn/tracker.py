@@ -11,9 +11,9 @@ they fail before the search (``TrackingArgumentError``).
 
 Two ways to get a tracker without naming one: a ``with dspy_pxn.tracking.sweep(...)``
 block makes its tracker the *ambient* one for the runs compiled inside it; and
-BatchedGEPA's convenience arguments (``use_mlflow=True``, ``tracking_uri=...``) are turned
-into a tracker by the factory the tracking package registers on import
-(``dspy_pxn/__init__.py`` imports it, so the factory is always there for users).
+BatchedGEPA's ``use_mlflow=True`` (dspy.GEPA's argument; for one release also the former MLflow
+shorthands, ``tracking_uri=...``) is turned into a tracker by the factory the tracking package
+registers on import (``dspy_pxn/__init__.py`` imports it, so the factory is always there for users).
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def around_compile() -> Iterator[None]:
 
 @contextmanager
 def tracking_by_default(tracker: Tracker) -> Iterator[Tracker]:
-    """Runs compiled inside the block are tracked by ``tracker`` unless they say ``mlflow=False``."""
+    """Runs compiled inside the block are tracked by ``tracker`` unless they say ``tracker=False``."""
     token = _AMBIENT.set(tracker)
     try:
         yield tracker

@@ -1,6 +1,6 @@
 """Compare the runs of an MLflow experiment: a table and three plots (val vs calls, time, dollars).
 
-    python examples/sweep.py ...                                  # or any runs with mlflow=True
+    python examples/sweep.py ...                                  # or any runs with use_mlflow=True
     python examples/compare_runs.py --experiment gsm8k-sweep --out comparison/
 
 The same as `dspy-pxn compare`, from Python, plus the per-run numbers a notebook would use.

@@ -19,6 +19,14 @@ from dspy_pxn import BatchedGEPA
 from dspy_pxn.local import build_lm
 
 
+class PrintSteps:
+    """A gepa callback; one with ``on_step_record(record)`` also hears each step's StepRecord."""
+
+    def on_step_record(self, s) -> None:
+        print(f"step {s.step}: {s.metric_calls_total}/{s.budget} calls, "
+              f"best val {s.best_val:.3f}, {s.accepted} accepted")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lm", default="openai/gpt-4.1-mini")
@@ -44,12 +52,11 @@ def main(argv: list[str] | None = None) -> None:
         metric=metric,  # score + feedback naming the expected answer and the required format
         p=args.p, n=args.n, max_metric_calls=args.budget, num_threads=args.workers,
         reflection_lm=build_lm(args.reflection_lm, "reflection", api_base=args.api_base, timeout=600),
-        testset=test,  # scored once after the search, never seen by it
         log_dir=args.log_dir,  # steps.jsonl; rerun with the same log_dir to resume after a crash
-        step_sinks=[lambda s: print(f"step {s.step}: {s.metric_calls_total}/{s.budget} calls, "
-                                    f"best val {s.best_val:.3f}, {s.accepted} accepted")],
+        gepa_kwargs={"callbacks": [PrintSteps()]},  # gepa callbacks, as under dspy.GEPA
     )
-    best = optimizer.compile(MathSolver(), trainset=train, valset=val)
+    # testset: scored once after the search, never seen by it (detailed_results.test_score)
+    best = optimizer.compile(MathSolver(), trainset=train, valset=val, testset=test)
 
     results = best.detailed_results
     print(f"val {results.val_aggregate_scores[0]:.3f} -> {max(results.val_aggregate_scores):.3f}, "

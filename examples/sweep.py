@@ -18,7 +18,7 @@ from dspy_pxn.programs.gsm8k import GSM8KSolver, load_gsm8k, metric
 from dspy_pxn import BatchedGEPA
 from dspy_pxn.local import build_lm
 from dspy_pxn.planning import parse_shapes
-from dspy_pxn.tracking import sweep
+from dspy_pxn.tracking import MlflowTracker, sweep
 from dspy_pxn.tracking.compare import compare_experiment
 
 
@@ -49,8 +49,8 @@ def main(argv: list[str] | None = None) -> None:
         for p, n in parse_shapes(args.configs):
             BatchedGEPA(
                 metric=metric, p=p, n=n, max_metric_calls=args.budget, num_threads=args.workers,
-                reflection_lm=reflection_lm, testset=test, run_name=f"{p}x{n}",
-            ).compile(GSM8KSolver(), trainset=train, valset=val)
+                reflection_lm=reflection_lm, tracker=MlflowTracker(run_name=f"{p}x{n}"),
+            ).compile(GSM8KSolver(), trainset=train, valset=val, testset=test)
 
     # Wall-clock, speedup vs 1x1, best val, test and the val-test gap, one row per child.
     comparison = compare_experiment(args.experiment, os.path.join(args.log_dir, "comparison"), args.tracking_uri,

@@ -21,24 +21,17 @@ from hypothesis import strategies as st
 from dspy_pxn import BatchedGEPA, read_step_log
 from dspy_pxn import testing as sim
 from dspy_pxn.resume import load_saved_state
-from tests.threads import threads_left_behind
 from tests.budgets import smallest_step
-
-
-def run_async(splits, lm, **kwargs):
-    train, val, _ = splits
-    kwargs.setdefault("reflection_lm", sim.SimulatedLM())
-    kwargs.setdefault("num_threads", 8)
-    with dspy.context(lm=lm):
-        return BatchedGEPA(metric=sim.metric, schedule="async", **kwargs).compile(
-            sim.seed_program(), trainset=train, valset=val).detailed_results
+from tests.compiling import compile_sim
+from tests.threads import threads_left_behind
 
 
 @pytest.mark.parametrize("selection", ["all", "best", 2, "merge", "merge+best"])
 def test_an_async_run_counts_every_rollout_once_and_stays_on_budget(splits, selection):
     lm = sim.SimulatedLM()
     budget = 300
-    result = run_async(splits, lm, p=4, n=2, max_metric_calls=budget, selection=selection)
+    result = compile_sim(splits=splits, lm=lm, schedule="async", p=4, n=2, max_metric_calls=budget,
+                         selection=selection).results
     val_size = len(splits.val)
     assert result.total_metric_calls <= budget
     assert budget - result.total_metric_calls < 2 * 3 + val_size  # it stops only when no proposal fits
@@ -56,8 +49,8 @@ def test_an_async_run_counts_every_rollout_once_and_stays_on_budget(splits, sele
 
 def test_async_keeps_width_proposals_in_flight_and_reaches_w_at_the_server(splits):
     with sim.LatencyServer(task_latency=0.05, reflection_latency=0.2) as server:
-        result = run_async(splits, server.lm("task"), p=4, n=2, num_threads=8, max_metric_calls=200,
-                           reflection_lm=server.lm("reflection"))
+        result = compile_sim(splits=splits, lm=server.lm("task"), schedule="async", p=4, n=2, num_threads=8,
+                             max_metric_calls=200, reflection_lm=server.lm("reflection")).results
         stats = server.stats()
     assert stats["max_in_flight"]["task"] == 8  # the pool is full: W rollouts at once
     assert stats["max_in_flight"]["reflection"] >= 2  # reflections overlap rollouts and each other
@@ -73,11 +66,9 @@ def test_async_budget_property(p, n, minibatch, val_size, extra, workers, select
     train, val, _ = sim.make_splits(seed=1, train=20, val=val_size, test=1)
     budget = 2 * val_size + 2 * minibatch + extra
     lm = sim.SimulatedLM()
-    with dspy.context(lm=lm):
-        result = BatchedGEPA(
-            metric=sim.metric, p=p, n=n, max_metric_calls=budget, reflection_minibatch_size=minibatch,
-            num_threads=workers, schedule="async", selection=selection, reflection_lm=sim.SimulatedLM(),
-        ).compile(sim.seed_program(), trainset=train, valset=val).detailed_results
+    result = compile_sim(splits=(train, val), lm=lm, p=p, n=n, max_metric_calls=budget,
+                         reflection_minibatch_size=minibatch, num_threads=workers, schedule="async",
+                         selection=selection).results
     assert result.total_metric_calls <= budget
     assert budget - result.total_metric_calls < smallest_step(minibatch, val_size)
     assert lm.stats()["calls"]["task"] == result.total_metric_calls
@@ -146,10 +137,9 @@ def test_a_killed_async_run_resumes_losing_only_the_work_in_flight(tmp_path):
         assert saved is not None and saved.total_num_evals < 160
         calls_before = server.stats()["calls"]["task"]
         train, val, _ = sim.make_splits(seed=0, train=24, val=8, test=1)
-        with dspy.context(lm=server.lm("task")):
-            resumed = BatchedGEPA(metric=sim.metric, reflection_lm=server.lm("reflection"), log_dir=str(log_dir),
-                                  p=2, n=2, max_metric_calls=160, num_threads=8, schedule="async").compile(
-                sim.seed_program(), trainset=train, valset=val).detailed_results
+        resumed = compile_sim(splits=(train, val), lm=server.lm("task"), reflection_lm=server.lm("reflection"),
+                              log_dir=str(log_dir), p=2, n=2, max_metric_calls=160, num_threads=8,
+                              schedule="async").results
         resumed_calls = server.stats()["calls"]["task"] - calls_before
     # The seed is not re-validated, and every call the resumed process made is counted once.
     assert resumed_calls == resumed.total_metric_calls - saved.total_num_evals
@@ -176,7 +166,8 @@ class Heard:
 
 def test_a_users_gepa_callbacks_hear_an_async_run_as_they_hear_gepas_loop(splits):
     heard = Heard()
-    result = run_async(splits, sim.SimulatedLM(), p=4, n=2, max_metric_calls=200, callbacks=[heard])
+    result = compile_sim(splits=splits, lm=sim.SimulatedLM(), schedule="async", p=4, n=2, max_metric_calls=200,
+                         gepa_kwargs={"callbacks": [heard]}).results
     names = [name for name, _ in heard.events]
     starts = [e["iteration"] for n, e in heard.events if n == "on_iteration_start"]
     ends = [e["iteration"] for n, e in heard.events if n == "on_iteration_end"]
@@ -201,12 +192,8 @@ def test_the_async_schedule_tells_every_engine_event_with_gepas_own_fields(split
     heard = {}
     for schedule in ("steps", "async"):
         heard[schedule] = Heard()
-        run_async_or_steps = BatchedGEPA(metric=sim.metric, p=2, n=2, max_metric_calls=150, num_threads=8,
-                                         schedule=schedule, reflection_lm=sim.SimulatedLM(), callbacks=[heard[schedule]],
-                                         log_dir=str(tmp_path / schedule))
-        train, val, _ = splits
-        with dspy.context(lm=sim.SimulatedLM()):
-            run_async_or_steps.compile(sim.seed_program(), trainset=train, valset=val)
+        compile_sim(splits=splits, lm=sim.SimulatedLM(), p=2, n=2, max_metric_calls=150, num_threads=8,
+                    schedule=schedule, gepa_kwargs={"callbacks": [heard[schedule]]}, log_dir=str(tmp_path / schedule))
     by_name = {schedule: {} for schedule in heard}
     for schedule, listener in heard.items():
         for name, event in listener.events:
@@ -228,7 +215,7 @@ def test_a_second_validation_starts_beside_the_first_only_once_enough_improvers_
     starts: list[tuple[int, int]] = []  # (validations already running, improvers it was given), per validation
     running, lock = {"now": 0, "peak": 0}, threading.Lock()
     a_later_one_joined = threading.Event()
-    validate, join = AsyncSchedule._select_and_validate, AsyncSchedule._validated
+    validate, join = AsyncSchedule._select_and_validate, AsyncSchedule._join
 
     def counted(self, batch, room):
         with lock:
@@ -250,12 +237,12 @@ def test_a_second_validation_starts_beside_the_first_only_once_enough_improvers_
         if validated.selected:
             a_later_one_joined.set()
 
-    monkeypatch.setattr(AsyncSchedule, "_validated", joined)
+    monkeypatch.setattr(AsyncSchedule, "_join", joined)
     monkeypatch.setattr(AsyncSchedule, "_select_and_validate", counted)
     splits = sim.make_splits(seed=0, train=30, val=6, test=1)
     lm = sim.SimulatedLM(task_latency=0.01)
-    result = run_async(splits, lm, p=4, n=2, num_threads=16, max_metric_calls=400, selection="merge",
-                       reflection_lm=sim.SimulatedLM(reflection_latency=0.05))
+    result = compile_sim(splits=splits, lm=lm, schedule="async", p=4, n=2, num_threads=16, max_metric_calls=400,
+                         selection="merge", reflection_lm=sim.SimulatedLM(reflection_latency=0.05)).results
     beside_another = [size for already, size in starts if already]
     assert running["peak"] == widths.MAX_VALIDATIONS_IN_FLIGHT == 2
     assert beside_another, starts  # while the first was held, improvers piled up and a second one started
@@ -298,11 +285,9 @@ def run_with_the_second_reflection_hanging(tmp_path, seed, lm, reflection_lm, ca
     SecondReflectionHangs.reset()
     train, val, _ = sim.make_splits(seed=seed, train=20, val=10, test=1)
     try:
-        with dspy.context(lm=lm):
-            result = BatchedGEPA(
-                metric=sim.metric, p=2, n=1, num_threads=4, max_metric_calls=32, schedule="async", seed=seed,
-                reflection_lm=reflection_lm, callbacks=[callback], log_dir=str(tmp_path),
-            ).compile(sim.seed_program(), trainset=train, valset=val).detailed_results
+        result = compile_sim(splits=(train, val), lm=lm, reflection_lm=reflection_lm, p=2, n=1, num_threads=4,
+                             max_metric_calls=32, schedule="async", seed=seed, gepa_kwargs={"callbacks": [callback]},
+                             log_dir=str(tmp_path)).results
     finally:
         SecondReflectionHangs.released.set()
     return result, val

@@ -12,21 +12,12 @@ from dspy_pxn import BatchedGEPA, read_step_log
 from dspy_pxn import testing as sim
 from tests.conftest import seed_program
 from tests.budgets import smallest_step
+from tests.compiling import compile_sim
 
 
 # Most tests here check the step loop's structure (widths, per-step counts, determinism); the
 # async schedule, the default above 1×1, has its own invariants in test_async.py.
 STEP_LOOP = {"schedule": "steps", "selection": "all"}
-
-
-def run_batched(program, splits, **kwargs):
-    train, val, _ = splits
-    for name, value in STEP_LOOP.items():
-        kwargs.setdefault(name, value)
-    kwargs.setdefault("reflection_lm", sim.SimulatedLM())
-    kwargs.setdefault("num_threads", 8)
-    optimizer = BatchedGEPA(metric=sim.metric, **kwargs)
-    return optimizer.compile(program, trainset=train, valset=val)
 
 
 def candidates_of(result):
@@ -41,8 +32,8 @@ def test_1x1_proposes_the_same_candidates_as_dspy_gepa(task_lm, splits, use_merg
         metric=sim.metric, max_metric_calls=budget, reflection_lm=sim.SimulatedLM(), num_threads=4,
         use_merge=use_merge, seed=3, track_stats=True,
     ).compile(seed_program(), trainset=train, valset=val).detailed_results
-    ours = run_batched(seed_program(), splits, p=1, n=1, max_metric_calls=budget, seed=3,
-                       use_merge=use_merge).detailed_results
+    ours = compile_sim(seed_program(), splits, p=1, n=1, max_metric_calls=budget, seed=3, use_merge=use_merge,
+                       **STEP_LOOP).results
 
     theirs_candidates, our_candidates = candidates_of(reference), candidates_of(ours)
     assert len(our_candidates) >= 3, "the run should make progress for the comparison to mean something"
@@ -60,10 +51,10 @@ def test_1x1_proposes_the_same_candidates_as_dspy_gepa(task_lm, splits, use_merg
 )
 @pytest.mark.parametrize("schedule", ["steps", None])  # None: the default (async above 1×1)
 def test_budget_is_never_exceeded_and_not_left_unused(task_lm, splits, p, n, budget, minibatch, schedule):
-    result = run_batched(
+    result = compile_sim(
         seed_program(), splits, p=p, n=n, max_metric_calls=budget, reflection_minibatch_size=minibatch,
         schedule=schedule, selection=None,
-    ).detailed_results
+    ).results
     val_size = len(splits.val)
     assert result.total_metric_calls <= budget
     # It stops only once no proposal can be screened and validated any more.
@@ -75,7 +66,7 @@ def test_budget_is_never_exceeded_and_not_left_unused(task_lm, splits, p, n, bud
 
 def test_steps_are_recorded_in_the_result_and_log_dir(task_lm, splits, tmp_path):
     log_dir = str(tmp_path / "run")
-    result = run_batched(seed_program(), splits, p=2, n=2, max_metric_calls=120, log_dir=log_dir).detailed_results
+    result = compile_sim(seed_program(), splits, p=2, n=2, max_metric_calls=120, log_dir=log_dir, **STEP_LOOP).results
     logged = read_step_log(log_dir)
     assert [s.step for s in logged] == list(range(1, len(result.steps) + 1))
     assert logged == list(result.steps)
@@ -94,9 +85,7 @@ def test_steps_are_recorded_in_the_result_and_log_dir(task_lm, splits, tmp_path)
 def test_validation_of_many_children_fills_the_whole_pool(splits):
     task = sim.SimulatedLM(task_latency=0.02)
     with dspy.context(lm=task):
-        result = run_batched(
-            seed_program(), splits, p=4, n=2, max_metric_calls=250, num_threads=6
-        ).detailed_results
+        result = compile_sim(seed_program(), splits, p=4, n=2, max_metric_calls=250, num_threads=6, **STEP_LOOP).results
     assert task.stats()["max_in_flight"]["task"] == 6
     assert any(step.accepted >= 2 for step in result.steps)
 
@@ -153,7 +142,8 @@ def test_each_evaluation_builds_its_program_once_and_its_rollouts_share_it(task_
 
     monkeypatch.setattr(DspyAdapter, "build_program", build)
     monkeypatch.setattr(BatchedAdapter, "_evaluate_many", evaluate)
-    result = run_batched(seed_program(), splits, p=2, n=2, max_metric_calls=200, schedule=schedule).detailed_results
+    result = compile_sim(seed_program(), splits, p=2, n=2, max_metric_calls=200, schedule=schedule,
+                         selection="all").results
     assert len(result.candidates) > 1
     assert sorted(built) == sorted(candidate for candidate, size in evaluations if size)
     assert sum(size for _, size in evaluations) > 2 * len(built)  # each build serves a batch of rollouts
@@ -206,8 +196,8 @@ def test_parents_of_a_step_are_distinct_once_the_front_allows(task_lm):
 
 @pytest.mark.parametrize("schedule", ["steps", None])
 def test_returns_a_runnable_program_that_beats_the_seed(task_lm, splits, schedule):
-    optimized = run_batched(seed_program(), splits, p=2, n=2, max_metric_calls=300, schedule=schedule, selection=None)
-    results = optimized.detailed_results
+    optimized, results = compile_sim(seed_program(), splits, p=2, n=2, max_metric_calls=300, schedule=schedule,
+                                     selection=None)
     assert results.val_aggregate_scores[results.best_idx] > results.val_aggregate_scores[0]
     test = splits.test
     evaluate = dspy.Evaluate(devset=test, metric=sim.score, num_threads=4)

@@ -20,6 +20,7 @@ from dspy_pxn import testing as sim
 from dspy_pxn.resume import saved_dollars
 from dspy_pxn.testing import LatencyServer
 from tests.budgets import smallest_step
+from tests.compiling import compile_sim
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 litellm = pytest.importorskip("litellm")
@@ -58,14 +59,14 @@ def billed(stats: dict, model: str | None = None) -> float:
 
 
 def compile_priced(server, engine, *, schedule="async", p=4, budget=3000, val=8, seed=0, log_dir=None, **caps):
+    """A run on the server's priced models, and what the server billed for it."""
     server.reset_stats()
-    train, valset, _ = sim.make_splits(seed=seed, train=40, val=val, test=1)
-    optimizer = BatchedGEPA(
-        metric=sim.metric, p=p, n=1, max_metric_calls=budget, num_threads=12, schedule=schedule, seed=seed,
-        log_dir=log_dir, reflection_lm=server.lm("priced-reflection", max_tokens=300, temperature=1.0, **engine), **caps,
-    )
-    with dspy.context(lm=server.lm("priced-task", max_tokens=150, **engine)):
-        result = optimizer.compile(sim.seed_program(), trainset=train, valset=valset).detailed_results
+    result = compile_sim(
+        splits=sim.make_splits(seed=seed, train=40, val=val, test=1),
+        lm=server.lm("priced-task", max_tokens=150, **engine),
+        reflection_lm=server.lm("priced-reflection", max_tokens=300, temperature=1.0, **engine),
+        p=p, n=1, max_metric_calls=budget, num_threads=12, schedule=schedule, seed=seed, log_dir=log_dir, **caps,
+    ).results
     return result, server.stats()
 
 
@@ -95,7 +96,7 @@ def test_a_reflection_cap_holds_the_reflection_lm_alone(server, schedule, engine
     cap = 0.004
     result, stats = compile_priced(server, engine, schedule=schedule, gepa_kwargs={"max_reflection_cost": cap})
     assert billed(stats, "sim-priced-reflection") <= cap
-    assert result.stopped_by == "max_reflection_cost_usd"
+    assert result.stopped_by == "max_reflection_cost"
     assert billed(stats, "sim-priced-task") > 0
 
 
@@ -103,9 +104,6 @@ def test_gepas_max_reflection_cost_is_the_same_cap():
     optimizer = BatchedGEPA(metric=sim.metric, reflection_lm=sim.SimulatedLM(), max_metric_calls=100,
                             gepa_kwargs={"max_reflection_cost": 2.5})
     assert optimizer.settings.max_reflection_cost_usd == 2.5 and "max_reflection_cost" not in optimizer.gepa_kwargs
-    with pytest.raises(ValueError, match="not both"), pytest.deprecated_call():  # the former name, beside it
-        BatchedGEPA(metric=sim.metric, reflection_lm=sim.SimulatedLM(), max_metric_calls=100,
-                    max_reflection_cost_usd=1.0, gepa_kwargs={"max_reflection_cost": 2.5})
 
 
 @pytest.mark.parametrize(("argument", "value"), [("max_cost_usd", 0), ("max_cost_usd", -1.0), ("max_wall_s", "1h"),
@@ -224,8 +222,11 @@ def test_auto_is_dspy_gepas_budget_spent_to_the_last_step_it_pays_for(schedule, 
 
 def test_mlflow_shows_the_dollars_and_time_left_and_which_budget_ended_the_run(server, tmp_path, engine):
     mlflow = pytest.importorskip("mlflow")
+    from dspy_pxn.tracking import MlflowTracker
+
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    result, stats = compile_priced(server, engine, max_cost_usd=0.03, max_wall_s=600, tracking_uri=uri, experiment="caps")
+    result, stats = compile_priced(server, engine, max_cost_usd=0.03, max_wall_s=600,
+                                   tracker=MlflowTracker(tracking_uri=uri, experiment="caps"))
     client = mlflow.MlflowClient(uri)
     run = client.get_run(result.mlflow_run_id)
     assert run.data.tags["dspy_pxn.stopped_by"] == "max_cost_usd"

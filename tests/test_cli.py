@@ -9,6 +9,7 @@ from mlflow import MlflowClient
 from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
 from dspy_pxn.cli import main as cli
+from dspy_pxn.tracking import MlflowTracker
 from tests.conftest import seed_program
 
 
@@ -23,9 +24,9 @@ def tracked_runs(tmp_path_factory):
         with dspy.context(lm=sim.SimulatedLM()):
             best = BatchedGEPA(
                 metric=sim.metric, p=p, n=n, max_metric_calls=90, reflection_lm=sim.SimulatedLM(), num_threads=4,
-                tracking_uri=uri, experiment="cli", run_name=f"{p}x{n}", testset=test,
+                tracker=MlflowTracker(tracking_uri=uri, experiment="cli", run_name=f"{p}x{n}"),
                 log_dir=str(tmp_path / f"log-{p}x{n}"),
-            ).compile(seed_program(), trainset=train, valset=val)
+            ).compile(seed_program(), trainset=train, valset=val, testset=test)
         results[(p, n)] = best.detailed_results
     return uri, results, tmp_path
 

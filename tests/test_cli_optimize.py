@@ -34,7 +34,7 @@ def data_dir():
 def test_optimize_gsm8k_prints_progress_and_summary_and_saves_the_program(sim_lm_flags, store, data_dir, tmp_path, capsys):
     log_dir = tmp_path / "run"
     assert cli(["optimize", "gsm8k", "--p", "2", "--n", "1", *sim_lm_flags, *TINY, "--data-dir", data_dir,
-                "--mlflow-uri", store, "--experiment", "cli-opt", "--log-dir", str(log_dir)]) == 0
+                "--tracking-uri", store, "--experiment", "cli-opt", "--log-dir", str(log_dir)]) == 0
     out = capsys.readouterr().out
     assert "step   1 [" in out and "] metric calls" in out and "/24 | " in out and " screened" in out
     assert all(" validated" in line and "best val " in line for line in out.splitlines() if line.startswith("step "))
@@ -72,7 +72,7 @@ def test_optimize_hover_runs_on_a_small_claims_corpus(sim_lm_flags, data_dir, tm
 
 def test_sweep_nests_one_run_per_config_and_prints_the_table(sim_lm_flags, store, data_dir, tmp_path, capsys):
     assert cli(["sweep", "gsm8k", "--configs", "1x1,2x1", *sim_lm_flags, *TINY, "--data-dir", data_dir,
-                "--mlflow-uri", store, "--experiment", "cli-sweep", "--log-dir", str(tmp_path / "sweep"),
+                "--tracking-uri", store, "--experiment", "cli-sweep", "--log-dir", str(tmp_path / "sweep"),
                 "--register-model", "cli-sweep-best"]) == 0
     out = capsys.readouterr().out
     assert "| 1x1 |" in out.replace("1×1", "1x1") and "2x1" in out
@@ -94,7 +94,7 @@ def test_sweep_nests_one_run_per_config_and_prints_the_table(sim_lm_flags, store
 def test_demo_wiring_with_the_lms_overridden(sim_lm_flags, store, data_dir, tmp_path, capsys):
     """The demo path (GSM8K, sizes, MLflow, both test scores) with the local models swapped for the server."""
     assert cli(["demo", *sim_lm_flags, "--data-dir", data_dir, "--budget", "15", "--train-size", "4",
-                "--val-size", "3", "--test-size", "3", "--mlflow-uri", store, "--log-dir", str(tmp_path / "demo")]) == 0
+                "--val-size", "3", "--test-size", "3", "--tracking-uri", store, "--log-dir", str(tmp_path / "demo")]) == 0
     out = capsys.readouterr().out
     assert "dspy-pxn demo: task LM openai/sim-task" in out and "2×1" in out
     assert "test: seed" in out and "demo total" in out and "MLflow run " in out
@@ -211,7 +211,7 @@ def test_optimize_sim_starts_its_own_simulated_lm_learns_and_files_its_results_w
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # the sim task needs no key, and logging asks for none
     assert cli(["optimize", "sim", "--p", "2", "--n", "2", "--task-latency", "0.005", "--train-size", "30",
                 "--val-size", "10", "--test-size", "20", "--budget", "160", "--workers", "8",
-                "--mlflow-uri", mlflow_server.uri, "--experiment", "cli-sim", "--log-dir", str(tmp_path / "run"),
+                "--tracking-uri", mlflow_server.uri, "--experiment", "cli-sim", "--log-dir", str(tmp_path / "run"),
                 "--register-model", "cli-sim-program"]) == 0
     captured = capsys.readouterr()
     out = captured.out

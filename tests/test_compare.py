@@ -8,7 +8,7 @@ from PIL import Image
 
 from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
-from dspy_pxn.tracking import sweep
+from dspy_pxn.tracking import MlflowTracker, sweep
 from dspy_pxn.tracking.compare import compare_experiment, load_runs
 
 CONFIGS = [(1, 1, "all"), (2, 2, "all"), (4, 1, "best")]
@@ -24,11 +24,12 @@ def logged(tmp_path_factory):
     with sweep("grid", experiment="cmp", tracking_uri=store, log_dir=str(root / "sweep"), compare=False) as grid:
         for p, n, selection in CONFIGS:
             optimizer = BatchedGEPA(
-                metric=sim.metric, p=p, n=n, selection=selection, max_metric_calls=100, num_threads=8, testset=test,
+                metric=sim.metric, p=p, n=n, selection=selection, max_metric_calls=100, num_threads=8,
                 reflection_lm=sim.SimulatedLM(PRICED, reflection_latency=0.02),
             )
             with dspy.context(lm=sim.SimulatedLM(PRICED, task_latency=0.004)):
-                results[(p, n)] = optimizer.compile(sim.seed_program(), trainset=train, valset=val).detailed_results
+                results[(p, n)] = optimizer.compile(sim.seed_program(), trainset=train, valset=val,
+                                                    testset=test).detailed_results
     return store, root, results, grid.run_id, len(val)
 
 
@@ -102,8 +103,9 @@ def test_runs_with_another_budget_or_data_are_flagged_not_compared(logged, tmp_p
     train, val, _ = sim.make_splits(seed=0, train=24, val=8, test=12)
     for p, n, budget, valset in [(1, 1, 60, val), (2, 2, 60, val), (2, 2, 100, val), (1, 1, 60, val[:6])]:
         with dspy.context(lm=sim.SimulatedLM(task_latency=0.004)):
-            BatchedGEPA(metric=sim.metric, p=p, n=n, max_metric_calls=budget, num_threads=8, mlflow=True,
-                        tracking_uri=store, experiment="mixed", reflection_lm=sim.SimulatedLM()).compile(
+            BatchedGEPA(metric=sim.metric, p=p, n=n, max_metric_calls=budget, num_threads=8,
+                        tracker=MlflowTracker(tracking_uri=store, experiment="mixed"),
+                        reflection_lm=sim.SimulatedLM()).compile(
                 sim.seed_program(), trainset=train, valset=valset)
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "val_vs_dollars.png").write_bytes(b"an earlier comparison's figure")

@@ -48,7 +48,8 @@ def test_the_crossover_runs_on_a_two_predictor_program_within_budget(schedule):
     heard = Heard()
     with dspy.context(lm=sim.SimulatedLM(landscape="breadth")):
         result = BatchedGEPA(metric=sim.metric, p=4, n=1, max_metric_calls=700, num_threads=8, schedule=schedule,
-                             selection="all", reflection_lm=sim.SimulatedLM(landscape="breadth"), callbacks=[heard],
+                             selection="all", reflection_lm=sim.SimulatedLM(landscape="breadth"),
+                             gepa_kwargs={"callbacks": [heard]},
                              seed=1, max_merge_invocations=3).compile(Router(), trainset=train, valset=val
                                                                       ).detailed_results
     assert heard.attempted, "a two-predictor program whose halves improve apart should call for a crossover"
@@ -65,7 +66,8 @@ def test_without_use_merge_no_crossover_is_tried():
     heard = Heard()
     with dspy.context(lm=sim.SimulatedLM(landscape="breadth")):
         BatchedGEPA(metric=sim.metric, p=4, n=1, max_metric_calls=400, num_threads=8, use_merge=False,
-                    reflection_lm=sim.SimulatedLM(landscape="breadth"), callbacks=[heard], seed=1).compile(
+                    reflection_lm=sim.SimulatedLM(landscape="breadth"), gepa_kwargs={"callbacks": [heard]},
+                    seed=1).compile(
             Router(), trainset=train, valset=val)
     assert heard.attempted == []
 
@@ -78,7 +80,8 @@ def test_every_validated_candidate_a_crossover_included_is_one_row_of_the_propos
     lineage, heard = LineageObserver(), Heard()
     with dspy.context(lm=sim.SimulatedLM(landscape="breadth")):
         result = BatchedGEPA(metric=sim.metric, p=4, n=1, max_metric_calls=700, num_threads=8, schedule=schedule,
-                             reflection_lm=sim.SimulatedLM(landscape="breadth"), callbacks=[lineage, heard],
+                             reflection_lm=sim.SimulatedLM(landscape="breadth"),
+                             gepa_kwargs={"callbacks": [lineage, heard]},
                              seed=0).compile(Router(), trainset=train, valset=val).detailed_results
     if schedule == "steps":  # deterministic: this seed's run accepts crossovers (the async one may or may not)
         assert heard.accepted

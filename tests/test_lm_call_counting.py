@@ -17,19 +17,13 @@ import threading
 import dspy
 import pytest
 
-from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
 from dspy_pxn.ledger import feed
 from dspy_pxn.ledger.ledger import RunLedger
+from tests.compiling import compile_sim
 
-BUDGET = 120
-
-
-def compile_sim(program, splits, reflection_lm, **kwargs):
-    train, val, _ = splits
-    kwargs = {"max_metric_calls": BUDGET, "num_threads": 8, "mlflow": False, **kwargs}
-    return BatchedGEPA(metric=sim.metric, reflection_lm=reflection_lm, p=2, n=2, **kwargs).compile(
-        program, trainset=train, valset=val)
+# An untracked 2x2 run: its LM calls are the run's alone.
+COUNTED = {"p": 2, "n": 2, "max_metric_calls": 120, "tracker": False}
 
 
 def carries_the_callback(lm) -> bool:
@@ -46,7 +40,7 @@ def test_every_lm_the_run_reaches_is_counted_once_and_none_keeps_the_callback(sp
     program = sim.seed_program()
     program.predict.lm = own_lm  # a predictor with its own LM: the context's LM answers nothing
     with dspy.context(lm=context_lm):
-        best = compile_sim(program, splits, reflection_lm, schedule=schedule)
+        best, _ = compile_sim(program, splits, reflection_lm=reflection_lm, schedule=schedule, **COUNTED)
     counts = best.detailed_results.lm_call_counts
     assert calls(context_lm) == 0
     # (an async run may return without reflections that could no longer count: ``abandoned``, in no other count)
@@ -65,7 +59,7 @@ def test_two_runs_sharing_one_lm_each_count_their_own_calls(splits):
 
     def one(index: int) -> None:
         with dspy.context(lm=shared):
-            results[index] = compile_sim(sim.seed_program(), splits, reflections[index], seed=index).detailed_results
+            results[index] = compile_sim(splits=splits, reflection_lm=reflections[index], seed=index, **COUNTED).results
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
     for thread in threads:
@@ -127,7 +121,7 @@ class HidesItsLM(dspy.Module):
 def test_calls_of_an_lm_the_program_does_not_hold_are_reported_with_the_fix(splits, caplog):
     reflection_lm = sim.SimulatedLM()
     with dspy.context(lm=sim.SimulatedLM()), caplog.at_level(logging.WARNING, logger="dspy_pxn"):
-        best = compile_sim(HidesItsLM(), splits, reflection_lm)
+        best, _ = compile_sim(HidesItsLM(), splits, reflection_lm=reflection_lm, **COUNTED)
     result = best.detailed_results
     abandoned = result.lm_call_counts.abandoned  # reflections an async run returned without: in no other count
     assert result.lm_call_counts.calls + abandoned == calls(reflection_lm)
@@ -152,7 +146,7 @@ class AsksTwiceInParallel(dspy.Module):
 def test_calls_made_in_dspy_parallel_threads_inside_a_program_are_counted(splits, caplog):
     task_lm, reflection_lm = sim.SimulatedLM(), sim.SimulatedLM()
     with dspy.context(lm=task_lm), caplog.at_level(logging.WARNING, logger="dspy_pxn"):
-        best = compile_sim(AsksTwiceInParallel(), splits, reflection_lm)
+        best, _ = compile_sim(AsksTwiceInParallel(), splits, reflection_lm=reflection_lm, **COUNTED)
     counts = best.detailed_results.lm_call_counts
     assert calls(task_lm) == 2 * best.detailed_results.total_metric_calls
     assert counts.calls + counts.abandoned == calls(task_lm) + calls(reflection_lm)

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from types import SimpleNamespace
 
 import dspy
 import mlflow
 import pytest
 from mlflow import MlflowClient
 
-from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
 from dspy_pxn.testing import LatencyServer
 from dspy_pxn.testing.mlflow_server import MlflowServer, free_port
@@ -20,6 +20,7 @@ from dspy_pxn.tracking import MODEL_TAG, MlflowTracker, import_step_log, sweep
 from dspy_pxn.tracking.lineage import MERGED, NO_PROPOSAL, VALIDATED
 from dspy_pxn.tracking.model import MODEL_SOURCE_NAME, PROGRAM_TAG
 from tests.budgets import smallest_step
+from tests.compiling import compile_sim
 
 
 @pytest.fixture(scope="module")
@@ -48,13 +49,17 @@ def lm(server: LatencyServer, **kwargs) -> dspy.LM:
     return dspy.LM("openai/sim-task", api_base=server.base_url, cache=False, num_retries=0, timeout=10, **kwargs)
 
 
-def compile_tracked(lm_server: LatencyServer, splits_seed: int = 0, **kwargs):
-    train, val, _ = sim.make_splits(seed=splits_seed, train=24, val=8, test=8)
+def compile_tracked(lm_server: LatencyServer, **kwargs):
+    """A compile on the loopback server's LMs (90 metric calls unless told); the program and its valset."""
+    train, val, _ = sim.make_splits(seed=0, train=24, val=8, test=8)
     kwargs.setdefault("max_metric_calls", 90)
-    optimizer = BatchedGEPA(metric=sim.metric, num_threads=8, reflection_lm=lm(lm_server, temperature=1.0), **kwargs)
-    with dspy.context(lm=lm(lm_server, temperature=0.0)):
-        program = optimizer.compile(sim.seed_program(), trainset=train, valset=val)
+    program, _ = compile_sim(splits=(train, val), lm=lm(lm_server, temperature=0.0),
+                             reflection_lm=lm(lm_server, temperature=1.0), **kwargs)
     return program, val
+
+
+def tracked(mlflow_server, experiment: str, **kwargs) -> MlflowTracker:
+    return MlflowTracker(tracking_uri=mlflow_server.uri, experiment=experiment, **kwargs)
 
 
 def model_id_of(client: MlflowClient, run_id: str) -> str:
@@ -72,8 +77,9 @@ def download_table(client: MlflowClient, run_id: str, name: str, tmp_path) -> li
 def test_the_optimized_program_is_the_runs_model_and_answers_like_it(
     mlflow_server, lm_server, global_mlflow_and_dspy_restored
 ):
-    program, val = compile_tracked(lm_server, p=2, n=2, tracking_uri=mlflow_server.uri, experiment="as-model",
-                                   registered_model_name="pxn-program", testset=sim.make_splits(seed=1, test=8).test)
+    program, val = compile_tracked(lm_server, p=2, n=2,
+                                   tracker=tracked(mlflow_server, "as-model", registered_model_name="pxn-program"),
+                                   testset=sim.make_splits(seed=1, test=8).test)
     results = program.detailed_results
     client = MlflowClient(mlflow_server.uri)
     run_id = results.mlflow_run_id
@@ -140,7 +146,7 @@ def test_instructions_are_prompt_versions_and_a_rerun_adds_versions_not_prompts(
 
 
 def test_default_prompt_names_come_from_the_experiment_and_program(mlflow_server, lm_server):
-    program, _ = compile_tracked(lm_server, p=1, n=1, tracking_uri=mlflow_server.uri, experiment="named", max_metric_calls=40)
+    program, _ = compile_tracked(lm_server, p=1, n=1, tracker=tracked(mlflow_server, "named"), max_metric_calls=40)
     client = MlflowClient(mlflow_server.uri)
     linked = json.loads(client.get_logged_model(
         model_id_of(client, program.detailed_results.mlflow_run_id)).tags["mlflow.linkedPrompts"])
@@ -154,8 +160,8 @@ def test_logging_to_the_runs_server_leaves_the_users_mlflow_uri_as_it_was(mlflow
     mlflow.set_tracking_uri(None)
     users_store = f"sqlite:///{tmp_path}/users.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", users_store)
-    compile_tracked(lm_server, p=1, n=1, tracking_uri=mlflow_server.uri, experiment="elsewhere", max_metric_calls=40,
-                    registered_model_name="elsewhere-program")
+    compile_tracked(lm_server, p=1, n=1, max_metric_calls=40,
+                    tracker=tracked(mlflow_server, "elsewhere", registered_model_name="elsewhere-program"))
     assert tracking_service._tracking_uri is None  # not pinned: a later MLFLOW_TRACKING_URI still counts
     assert mlflow.get_tracking_uri() == users_store
     later_store = f"sqlite:///{tmp_path}/later.db"
@@ -168,7 +174,7 @@ def test_logging_to_the_runs_server_leaves_the_users_mlflow_uri_as_it_was(mlflow
 @pytest.mark.parametrize("schedule", ["steps", "async"])
 def test_every_proposal_and_candidate_is_a_row_of_the_runs_tables(mlflow_server, lm_server, schedule, tmp_path):
     program, _ = compile_tracked(lm_server, p=3, n=2, schedule=schedule, selection="merge", max_metric_calls=160,
-                                 tracking_uri=mlflow_server.uri, experiment=f"tables-{schedule}")
+                                 tracker=tracked(mlflow_server, f"tables-{schedule}"))
     results = program.detailed_results
     client = MlflowClient(mlflow_server.uri)
     candidates = download_table(client, results.mlflow_run_id, "candidates", tmp_path)
@@ -240,12 +246,8 @@ class Unpicklable(dspy.Module):
 
 def test_a_program_that_cannot_be_serialized_is_one_warning_and_the_run_finishes(mlflow_server, lm_server, caplog):
     caplog.set_level(logging.WARNING, logger="dspy_pxn.tracking")
-    train, val, _ = sim.make_splits(seed=0, train=24, val=8)
-    optimizer = BatchedGEPA(metric=sim.metric, p=2, n=1, max_metric_calls=60, num_threads=8,
-                            reflection_lm=lm(lm_server, temperature=1.0), tracking_uri=mlflow_server.uri,
-                            experiment="unserializable")
-    with dspy.context(lm=lm(lm_server, temperature=0.0)):
-        program = optimizer.compile(Unpicklable(), trainset=train, valset=val)
+    program, _ = compile_sim(Unpicklable(), lm=lm(lm_server, temperature=0.0),
+                             reflection_lm=lm(lm_server, temperature=1.0), p=2, n=1, max_metric_calls=60, tracker=tracked(mlflow_server, "unserializable"))
     run = MlflowClient(mlflow_server.uri).get_run(program.detailed_results.mlflow_run_id)
     assert run.info.status == "FINISHED" and MODEL_TAG not in run.data.tags
     assert "search/best_val" in run.data.metrics and "totals/metric_calls" in run.data.metrics
@@ -264,11 +266,16 @@ def test_a_registry_that_is_down_at_the_end_loses_no_model_the_import_logs_it(
             if record.budget - record.metric_calls_total < smallest_step(record.minibatch_size, record.val_size):
                 tracking.kill()  # no room for another step: the end is near
 
-        program, val = compile_tracked(lm_server, p=2, n=1, max_metric_calls=60, tracking_uri=tracking.uri,
-                                       experiment="down", log_dir=log_dir,
-                                       step_sinks=[stop_the_server_when_the_search_ends])
+        program, val = compile_tracked(lm_server, p=2, n=1, max_metric_calls=60, log_dir=log_dir,
+                                       tracker=MlflowTracker(tracking_uri=tracking.uri, experiment="down"),
+                                       gepa_kwargs={"callbacks": [
+                                           SimpleNamespace(on_step_record=stop_the_server_when_the_search_ends)]})
         assert tracking.proc is None, "the server was stopped before the run ended"
-        assert program.detailed_results.best_idx >= 0  # the search's result is returned regardless
+        results = program.detailed_results  # the search's result is returned regardless: its best candidate
+        assert len(results.candidates) >= 2, "the search accepted a candidate, so the best is a real choice"
+        assert results.val_aggregate_scores[results.best_idx] == max(results.val_aggregate_scores)
+        assert program.predict.signature.instructions == \
+            results.candidates[results.best_idx].predict.signature.instructions
         assert (tmp_path / "run" / MODEL_SOURCE_NAME).exists()
         tracking.start()
         client = MlflowClient(tracking.uri)
@@ -330,15 +337,15 @@ def test_a_table_reads_back_with_numbers_as_numbers(tmp_path):
 def test_a_name_that_is_not_a_string_fails_naming_the_argument(name):
     with pytest.raises(ValueError, match=name):
         MlflowTracker(**{name: "  "})
-    with pytest.raises(ValueError, match="registered_model_name"):
-        BatchedGEPA(metric=sim.metric, registered_model_name=7)
+    with pytest.raises(ValueError, match="registered_model_name must be a non-empty string, got 7"):
+        MlflowTracker(registered_model_name=7)
 
 
 def test_a_registry_that_refuses_the_name_is_one_warning_the_model_is_logged(mlflow_server, lm_server, caplog):
     caplog.set_level(logging.WARNING, logger="dspy_pxn.tracking")
     MlflowClient(mlflow_server.uri).register_prompt("taken-by-a-prompt", "a prompt owns this name")
-    program, _ = compile_tracked(lm_server, p=2, n=1, max_metric_calls=60, tracking_uri=mlflow_server.uri,
-                                 experiment="refused", registered_model_name="taken-by-a-prompt")
+    program, _ = compile_tracked(lm_server, p=2, n=1, max_metric_calls=60,
+                                 tracker=tracked(mlflow_server, "refused", registered_model_name="taken-by-a-prompt"))
     run = MlflowClient(mlflow_server.uri).get_run(program.detailed_results.mlflow_run_id)
     assert run.info.status == "FINISHED" and run.data.tags[MODEL_TAG].startswith("models:/")
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("dspy_pxn")]
@@ -347,7 +354,7 @@ def test_a_registry_that_refuses_the_name_is_one_warning_the_model_is_logged(mlf
 
 def test_a_model_name_mlflow_cannot_hold_fails_before_the_search(tmp_path):
     with pytest.raises(ValueError, match="cannot contain '/' or ':'"):
-        BatchedGEPA(metric=sim.metric, registered_model_name="team/agent")
+        MlflowTracker(registered_model_name="team/agent")
     with pytest.raises(ValueError, match="registered_model_name='team:agent'"):  # a sweep, before its parent run
         with sweep("grid", tracking_uri=f"sqlite:///{tmp_path}/never.db", registered_model_name="team:agent"):
             pass

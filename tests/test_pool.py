@@ -5,6 +5,7 @@ by the pool's peak in-flight count, never by elapsed time.
 """
 
 import threading
+import time
 
 import dspy
 import pytest
@@ -57,14 +58,26 @@ def test_pool_tasks_see_the_submitters_dspy_context():
 def test_a_task_that_raises_fails_the_map_and_the_pool_stays_usable():
     def fragile(x):
         if x == 2:
+            time.sleep(0.05)
             raise RuntimeError("boom")
         return x
 
     with ThreadWorkerPool(2) as pool:
         with pytest.raises(RuntimeError, match="boom"):
             pool.map(fragile, range(4))
+        assert pool.busy_seconds() >= 0.05  # the failed task's time counts too (it ran, and raised)
         assert pool.map(lambda x: x + 1, [1, 2]) == [2, 3]
-        assert pool.busy_seconds() >= 0.0
+
+
+def test_busy_seconds_is_the_time_tasks_ran_at_most_w_per_second_of_wall_clock():
+    """busy/(W * wall) is the pool's utilisation: at least the tasks' own time, never above 1."""
+    with ThreadWorkerPool(2) as pool:
+        assert pool.busy_seconds() == 0.0
+        started = time.perf_counter()
+        pool.map(lambda _: time.sleep(0.05), range(6))
+        wall = time.perf_counter() - started
+        busy = pool.busy_seconds()
+    assert 6 * 0.05 <= busy <= 2 * wall
 
 
 def test_the_pool_size_is_checked():

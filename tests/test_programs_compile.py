@@ -7,15 +7,14 @@ with feedback, reflective dataset, proposals, validation — through dspy.LM -> 
 HTTP without any error, which is what these tests check.
 """
 
-import dspy
 import pytest
 from dspy_pxn.programs import hover, math_solver
 from dspy_pxn.programs.data import load_hover, load_livebench_math
 from dspy_pxn.programs.demo_corpus import write_claims_corpus
 from dspy_pxn.programs.retrieval import build_index
 
-from dspy_pxn import BatchedGEPA
 from dspy_pxn.testing import LatencyServer
+from tests.compiling import compile_sim
 from tests.test_programs_helpers import require_data
 
 
@@ -26,11 +25,10 @@ def server():
 
 
 def compile_on(server, program, metric, train, val, budget):
-    optimizer = BatchedGEPA(metric=metric, p=2, n=1, max_metric_calls=budget, num_threads=4,
-                            reflection_lm=server.lm("reflection"), warn_on_score_mismatch=False)
+    """A 2x1 compile of the program on the server's LMs, and the server's calls for it."""
     server.reset_stats()
-    with dspy.context(lm=server.lm("task")):
-        best = optimizer.compile(program, trainset=train, valset=val)
+    best, _ = compile_sim(program, (train, val), lm=server.lm("task"), reflection_lm=server.lm("reflection"),
+                          metric=metric, p=2, n=1, max_metric_calls=budget, num_threads=4, warn_on_score_mismatch=False)
     return best, server.stats()["calls"]
 
 

@@ -8,8 +8,8 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
+from types import SimpleNamespace
 
-import dspy
 import pytest
 
 ray = pytest.importorskip("ray", reason="the Ray pool needs the ray extra: pip install -e '.[ray]'")
@@ -19,9 +19,10 @@ from dspy_pxn import testing as sim  # noqa: E402
 from dspy_pxn.pools import ThreadWorkerPool  # noqa: E402
 from dspy_pxn.pools.ray import RayWorkerPool, WorkerLostError  # noqa: E402
 from dspy_pxn.testing import LatencyServer  # noqa: E402
-from tests.conftest import seed_program  # noqa: E402
+from tests.compiling import compile_sim  # noqa: E402
 
 SETTINGS = dict(p=2, n=2, max_metric_calls=120, seed=3, schedule="steps", selection="all")  # deterministic
+SPLITS = {"seed": 0, "train": 24, "val": 8, "test": 1}
 
 
 @pytest.fixture(scope="module")
@@ -37,11 +38,12 @@ def server():
         yield running
 
 
-def compile_with(server, pool, **overrides):
-    train, val, _ = sim.make_splits(seed=0, train=24, val=8, test=1)
-    with dspy.context(lm=server.lm("task")):
-        return BatchedGEPA(metric=sim.metric, reflection_lm=server.lm("reflection"), pool=pool,
-                           **{**SETTINGS, **overrides}).compile(seed_program(), trainset=train, valset=val)
+def compile_with(server, pool, lm_kwargs=None, **overrides):
+    """The deterministic run of ``SETTINGS`` (with ``overrides``) on the server's LMs, its rollouts on ``pool``."""
+    lm_kwargs = lm_kwargs or {}
+    return compile_sim(splits=sim.make_splits(**SPLITS), lm=server.lm("task", **lm_kwargs),
+                       reflection_lm=server.lm("reflection", **lm_kwargs), pool=pool,
+                       **{**SETTINGS, **overrides}).program
 
 
 def instructions(result) -> list[str]:
@@ -204,11 +206,7 @@ def test_lm_retries_on_ray_are_counted_per_step_as_on_threads(cluster, engine):
     def run_on(pool):
         faults = Faults(rate_limit_429=0.2, retry_after_s=0.05, seed=4)
         with LatencyServer(task_latency=0.02, reflection_latency=0.05, faults=faults) as faulty:
-            train, val, _ = sim.make_splits(seed=0, train=24, val=8, test=1)
-            with dspy.context(lm=faulty.lm("task", num_retries=3, timeout=10.0, **engine)):
-                result = BatchedGEPA(metric=sim.metric,
-                                     reflection_lm=faulty.lm("reflection", num_retries=3, timeout=10.0, **engine),
-                                     pool=pool, **SETTINGS).compile(seed_program(), trainset=train, valset=val)
+            result = compile_with(faulty, pool, lm_kwargs={"num_retries": 3, "timeout": 10.0, **engine})
             return result.detailed_results, faulty.stats()
 
     with ThreadWorkerPool(8) as threads:
@@ -233,11 +231,8 @@ def test_a_killed_ray_worker_is_retried_and_the_run_finishes(cluster, server):
             if record.step == 1:
                 os.kill(victims[0], signal.SIGKILL)
 
-        train, val, _ = sim.make_splits(seed=0, train=24, val=8, test=1)
-        with dspy.context(lm=server.lm("task")):
-            result = BatchedGEPA(metric=sim.metric, reflection_lm=server.lm("reflection"), pool=pool,
-                                 step_sinks=[kill_one_worker], **SETTINGS).compile(
-                seed_program(), trainset=train, valset=val).detailed_results
+        result = compile_with(server, pool, gepa_kwargs={"callbacks": [SimpleNamespace(on_step_record=kill_one_worker)]}
+                              ).detailed_results
         assert len(result.steps) >= 2, "the run went on after the kill"
         assert victims[0] not in pool.actor_pids(), "Ray restarted the killed actor"
         assert result.total_metric_calls <= SETTINGS["max_metric_calls"]
@@ -281,23 +276,18 @@ def metric_that_kills_its_worker_once(marker: str):
 def test_a_worker_killed_mid_rollout_is_retried_transparently(cluster, server, tmp_path):
     with ThreadWorkerPool(8) as threads:
         expected = compile_with(server, threads).detailed_results
-    train, val, _ = sim.make_splits(seed=0, train=24, val=8, test=1)
-    with RayWorkerPool(max_concurrency=8, actors=2) as pool, dspy.context(lm=server.lm("task")):
-        got = BatchedGEPA(metric=metric_that_kills_its_worker_once(str(tmp_path / "killed")), pool=pool,
-                          reflection_lm=server.lm("reflection"), **SETTINGS).compile(
-            seed_program(), trainset=train, valset=val).detailed_results
+    with RayWorkerPool(max_concurrency=8, actors=2) as pool:
+        got = compile_with(server, pool, metric=metric_that_kills_its_worker_once(str(tmp_path / "killed"))
+                           ).detailed_results
     assert (tmp_path / "killed").exists(), "a worker was killed mid-rollout"
     assert instructions(got) == instructions(expected)
     assert got.total_metric_calls == expected.total_metric_calls
 
 
 def test_a_worker_lost_beyond_its_retries_is_an_error_not_a_hang(cluster, server, tmp_path):
-    train, val, _ = sim.make_splits(seed=0, train=24, val=8, test=1)
-    with RayWorkerPool(max_concurrency=4, actors=1, max_task_retries=0) as pool, dspy.context(lm=server.lm("task")):
-        with pytest.raises(WorkerLostError, match="retries"):
-            BatchedGEPA(metric=metric_that_kills_its_worker_once(str(tmp_path / "killed")), pool=pool,
-                        reflection_lm=server.lm("reflection"), **SETTINGS).compile(
-                seed_program(), trainset=train, valset=val)
+    with RayWorkerPool(max_concurrency=4, actors=1, max_task_retries=0) as pool, \
+            pytest.raises(WorkerLostError, match="retries"):
+        compile_with(server, pool, metric=metric_that_kills_its_worker_once(str(tmp_path / "killed")))
 
 
 def test_pool_ray_string_builds_and_closes_a_ray_pool(cluster, server):

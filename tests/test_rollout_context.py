@@ -74,11 +74,12 @@ OPTIMIZERS = {
     "dspy.GEPA": lambda: dspy.GEPA(metric=metric, max_metric_calls=120, instruction_proposer=Proposer(),
                                    num_threads=4, track_stats=True),
     "BatchedGEPA 1x1": lambda: BatchedGEPA(metric=metric, max_metric_calls=120, instruction_proposer=Proposer(),
-                                           num_threads=4, p=1, n=1, testset=TEST),
+                                           num_threads=4, p=1, n=1),
     "BatchedGEPA": lambda: BatchedGEPA(metric=metric, max_metric_calls=120, instruction_proposer=Proposer(),
-                                       num_threads=4, testset=TEST),
+                                       num_threads=4),
 }
 TRAIN, VAL, TEST = sim.make_splits(seed=0, train=30, val=6, test=6)
+HELD_OUT = {"dspy.GEPA": {}, "BatchedGEPA 1x1": {"testset": TEST}, "BatchedGEPA": {"testset": TEST}}  # compile's
 
 
 @pytest.mark.parametrize("track_usage", [False, True])
@@ -87,7 +88,7 @@ def test_rollouts_metric_and_proposer_see_dspys_context(track_usage):
     for label, make in OPTIMIZERS.items():
         LABEL[:] = [label]
         with dspy.context(lm=TASK_LM, adapter=ADAPTER, callbacks=[CALLBACK], track_usage=track_usage):
-            result = make().compile(Probe(), trainset=TRAIN, valset=VAL).detailed_results
+            result = make().compile(Probe(), trainset=TRAIN, valset=VAL, **HELD_OUT[label]).detailed_results
         assert len(result.candidates) > 1  # a reflection ran, and the child was validated
     assert ("forward", "list", True, False, True, True, track_usage, dspy.settings.num_threads) in SEEN["dspy.GEPA"]
     assert SEEN["BatchedGEPA 1x1"] == SEEN["BatchedGEPA"] == SEEN["dspy.GEPA"]

@@ -14,7 +14,13 @@ from dspy_pxn import testing as sim
 from dspy_pxn.adapter import BatchedAdapter
 from dspy_pxn.pools import ThreadWorkerPool
 from dspy_pxn.events import StepEvents, StepListener, override
-from dspy_pxn.strategies import BudgetCappedSelection, BudgetGuard, DistinctParentsPxN, SequentialMinibatchSampler
+from dspy_pxn.strategies import (
+    BudgetCappedSelection,
+    BudgetGuard,
+    DistinctParentsPxN,
+    SequentialMinibatchSampler,
+    selected_within,
+)
 from tests.conftest import seed_program
 
 
@@ -124,9 +130,8 @@ def test_selection_validates_only_what_the_budget_pays_for_best_first():
     assert selected == [proposals[1], proposals[2]]  # room for 2 validations; order kept
     assert BudgetCappedSelection(AllImprovements(), guard).select(proposals, SimpleNamespace(total_num_evals=0), accept) == proposals
     # Within what a schedule reserved: the best improvement first, and nothing (no inner call) without room.
-    capped = BudgetCappedSelection(AllImprovements(), guard)
-    assert capped.select_within(proposals, SimpleNamespace(total_num_evals=0), accept, 1) == [proposals[1]]
-    assert capped.select_within(proposals, SimpleNamespace(total_num_evals=0), accept, 0) == []
+    assert selected_within(AllImprovements(), proposals, SimpleNamespace(total_num_evals=0), accept, 1) == [proposals[1]]
+    assert selected_within(AllImprovements(), proposals, SimpleNamespace(total_num_evals=0), accept, 0) == []
 
 
 class Heard(StepListener):

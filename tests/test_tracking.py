@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import dspy
 import mlflow
@@ -17,15 +18,26 @@ import pytest
 from dspy.clients.base_lm import GLOBAL_HISTORY
 from mlflow import MlflowClient
 
-from dspy_pxn import BatchedGEPA, read_step_log
+from dspy_pxn import read_step_log
 from dspy_pxn import testing as sim
+from dspy_pxn.ledger.prices import token_prices
 from dspy_pxn.testing import LatencyServer
 from dspy_pxn.testing.mlflow_server import NO_PROXY, MlflowServer, free_port
-from dspy_pxn.tracking import BEST_RUN_TAG, CONFIG_TAG, KIND_TAG, MODEL_TAG, PARENT_TAG, import_step_log, sweep
+from dspy_pxn.tracker import TrackingArguments
+from dspy_pxn.tracking import (
+    BEST_RUN_TAG,
+    CONFIG_TAG,
+    KIND_TAG,
+    MODEL_TAG,
+    PARENT_TAG,
+    MlflowTracker,
+    import_step_log,
+    sweep,
+)
 from dspy_pxn.tracking.lineage import VALIDATED, read_proposals
 from dspy_pxn.tracking.mlflow_io import metric_key
 from dspy_pxn.tracking.runlog import RunManifest
-from dspy_pxn.ledger.prices import token_prices
+from tests.compiling import compile_sim
 from tests.faults import Faults
 
 SECRET = "sk-test-do-not-log"
@@ -52,14 +64,6 @@ def tracking_warnings(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name.startswith("dspy_pxn.tracking") and r.levelno >= logging.WARNING]
 
 
-def sim_run(**kwargs):
-    train, val, _ = sim.make_splits(seed=0, train=24, val=8, test=12)
-    kwargs.setdefault("reflection_lm", sim.SimulatedLM())
-    optimizer = BatchedGEPA(metric=sim.metric, num_threads=8, **kwargs)
-    with dspy.context(lm=sim.SimulatedLM()):
-        return optimizer.compile(sim.seed_program(), trainset=train, valset=val)
-
-
 # ----------------------------------------------------------------------------- a P×N run on a server
 def test_pxn_run_on_the_latency_server_is_mirrored_step_by_step(mlflow_server, tmp_path, engine):
     train, val, _ = sim.make_splits(seed=0, train=24, val=8, test=10)
@@ -71,15 +75,12 @@ def test_pxn_run_on_the_latency_server_is_mirrored_step_by_step(mlflow_server, t
             return dspy.LM("openai/gpt-4o-mini", api_base=lm_server.base_url, api_key=SECRET, cache=False,
                            num_retries=5, **engine, **kw)
 
-        optimizer = BatchedGEPA(
-            metric=sim.metric, p=2, n=2, max_metric_calls=110, num_threads=8, reflection_lm=lm(temperature=1.0),
-            schedule="steps", selection="all",
-            tracking_uri=mlflow_server.uri, experiment="pxn-latency", run_name="2x2 on loopback", log_dir=log_dir,
-            run_tags={"dataset": "sim-rules"},
-        )
+        tracker = MlflowTracker(tracking_uri=mlflow_server.uri, experiment="pxn-latency", run_name="2x2 on loopback",
+                                tags={"dataset": "sim-rules"})
         seen = {entry["uuid"] for entry in GLOBAL_HISTORY}
-        with dspy.context(lm=lm(temperature=0.0)):
-            result = optimizer.compile(sim.seed_program(), trainset=train, valset=val).detailed_results
+        result = compile_sim(splits=(train, val), lm=lm(temperature=0.0), reflection_lm=lm(temperature=1.0), p=2, n=2,
+                             max_metric_calls=110, schedule="steps", selection="all", tracker=tracker,
+                             log_dir=log_dir).results
         calls, requests = lm_server.stats()["calls"], lm_server.stats()["requests"]["calls"]
     ours = [entry for entry in GLOBAL_HISTORY if entry["uuid"] not in seen]
     steps = result.steps
@@ -191,7 +192,7 @@ def test_a_sweep_is_one_parent_with_a_child_per_config_and_no_orphans(mlflow_ser
     try:
         with sweep("grid", experiment="pxn-sweep", tracking_uri=mlflow_server.uri, log_dir=str(tmp_path / "sweep")) as grid:
             testset = sim.make_splits(seed=0, test=12).test
-            results = [sim_run(p=p, n=n, max_metric_calls=70, testset=testset).detailed_results
+            results = [compile_sim(lm=sim.SimulatedLM(), p=p, n=n, max_metric_calls=70, testset=testset).results
                        for p, n in [(1, 1), (2, 1)]]
     finally:
         mlflow.dspy.autolog(disable=True)
@@ -221,7 +222,7 @@ def test_a_run_compiled_inside_the_callers_mlflow_run_nests_under_it(tmp_path, d
     monkeypatch.chdir(tmp_path)
     outer_experiment = MlflowClient().create_experiment("outer-experiment")
     with mlflow.start_run(run_name="outer", experiment_id=outer_experiment) as outer:
-        result = sim_run(p=2, n=1, max_metric_calls=60, mlflow=True).detailed_results
+        result = compile_sim(lm=sim.SimulatedLM(), p=2, n=1, max_metric_calls=60, use_mlflow=True).results
     client = MlflowClient()
     child = client.get_run(result.mlflow_run_id)
     assert child.data.tags[PARENT_TAG] == outer.info.run_id
@@ -236,7 +237,7 @@ def test_without_a_uri_runs_go_to_the_local_store_that_the_browse_hint_opens(tmp
 
     (tmp_path / "work").mkdir()
     monkeypatch.chdir(tmp_path / "work")
-    result = sim_run(p=2, n=2, max_metric_calls=60, mlflow=True).detailed_results
+    result = compile_sim(lm=sim.SimulatedLM(), p=2, n=2, max_metric_calls=60, use_mlflow=True).results
     assert result.mlflow_run_id is not None
     experiment_id = MlflowClient().get_run(result.mlflow_run_id).info.experiment_id
     # What `dspy-pxn optimize` prints for the local default store (sqlite:///mlflow.db), run as printed from
@@ -284,8 +285,9 @@ def test_tracking_server_killed_mid_run_then_the_log_dir_is_imported(tmp_path, c
                 tracking.kill()
 
         started = time.monotonic()
-        result = sim_run(p=2, n=2, max_metric_calls=150, tracking_uri=tracking.uri, experiment="killed",
-                         log_dir=log_dir, step_sinks=[kill_at_step_2]).detailed_results
+        result = compile_sim(lm=sim.SimulatedLM(), p=2, n=2, max_metric_calls=150, log_dir=log_dir,
+                             tracker=MlflowTracker(tracking_uri=tracking.uri, experiment="killed"),
+                             gepa_kwargs={"callbacks": [SimpleNamespace(on_step_record=kill_at_step_2)]}).results
         assert time.monotonic() - started < 20, "the optimizer waited on the dead server"
         assert len(result.steps) >= 3  # steps 2 and later never reached the live server
         assert read_step_log(log_dir) == list(result.steps)
@@ -318,7 +320,8 @@ def test_unreachable_server_at_start_warns_once_and_the_run_imports_later(tmp_pa
     caplog.set_level(logging.WARNING, logger="dspy_pxn.tracking")
     dead = f"http://127.0.0.1:{free_port()}"
     log_dir = str(tmp_path / "run")
-    result = sim_run(p=2, n=1, max_metric_calls=80, tracking_uri=dead, log_dir=log_dir).detailed_results
+    result = compile_sim(lm=sim.SimulatedLM(), p=2, n=1, max_metric_calls=80, log_dir=log_dir,
+                         tracker=MlflowTracker(tracking_uri=dead)).results
     assert result.mlflow_run_id is None and len(result.steps) >= 2
     assert len(tracking_warnings(caplog)) == 1
     with pytest.raises(ConnectionError, match="unreachable"):
@@ -334,7 +337,7 @@ def test_unreachable_server_at_start_warns_once_and_the_run_imports_later(tmp_pa
 
 def test_an_untracked_run_log_dir_imports_from_its_steps_alone(tmp_path):
     log_dir = str(tmp_path / "plain")
-    result = sim_run(p=1, n=1, max_metric_calls=60, log_dir=log_dir).detailed_results
+    result = compile_sim(lm=sim.SimulatedLM(), p=1, n=1, max_metric_calls=60, log_dir=log_dir).results
     assert not os.path.exists(os.path.join(log_dir, "run.json"))
     store = f"sqlite:///{tmp_path}/store.db"
     [imported] = import_step_log(log_dir, tracking_uri=store)
@@ -348,13 +351,16 @@ def test_an_untracked_run_log_dir_imports_from_its_steps_alone(tmp_path):
 
 # ----------------------------------------------------------------------------- argument errors
 def test_tracking_arguments_are_checked_before_any_lm_call(tmp_path):
+    # The tracker checks its arguments when it is made, before any compile.
+    with pytest.raises(ValueError, match="tags must map strings to strings"):
+        MlflowTracker(tags={"n": 1})
+    with pytest.raises(ValueError, match="experiment must be a non-empty string, got ''"):
+        MlflowTracker(experiment="")
+    with pytest.raises(ValueError, match="tracking_uri must be a non-empty string"):
+        MlflowTracker(tracking_uri="  ")
+    # mlflow=False beside a place to track, which only the former shorthands can say (tests/test_deprecated.py).
     with pytest.raises(ValueError, match="mlflow=False contradicts"):
-        BatchedGEPA(metric=sim.metric, max_metric_calls=50, reflection_lm=sim.SimulatedLM(), mlflow=False,
-                    tracking_uri="http://127.0.0.1:5000")
-    with pytest.raises(ValueError, match="run_tags must map strings"):
-        BatchedGEPA(metric=sim.metric, max_metric_calls=50, reflection_lm=sim.SimulatedLM(), run_tags={"n": 1})
-    with pytest.raises(ValueError, match="experiment must be a non-empty string"):
-        BatchedGEPA(metric=sim.metric, max_metric_calls=50, reflection_lm=sim.SimulatedLM(), experiment="")
+        MlflowTracker.from_arguments(TrackingArguments(mlflow=False, tracking_uri="http://127.0.0.1:5000"))
     with pytest.raises(FileNotFoundError, match="not a dspy-pxn run directory"):
         import_step_log(str(tmp_path))
     store = f"sqlite:///{tmp_path}/s.db"
@@ -362,4 +368,5 @@ def test_tracking_arguments_are_checked_before_any_lm_call(tmp_path):
         sweep("s", tracking_uri=store, log_dir=str(tmp_path / "s")),
         pytest.raises(ValueError, match="enclosing sweep"),
     ):
-        sim_run(max_metric_calls=50, tracking_uri="sqlite:///elsewhere.db")
+        compile_sim(lm=sim.SimulatedLM(), max_metric_calls=50,
+                    tracker=MlflowTracker(tracking_uri="sqlite:///elsewhere.db"))

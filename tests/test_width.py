@@ -57,7 +57,7 @@ def test_a_compile_with_p_auto_fills_the_pool_within_the_budget(splits, task_lm,
     train, val, _ = splits
     caplog.set_level(logging.INFO, logger="dspy_pxn.run")
     best = BatchedGEPA(metric=sim.metric, p="auto", max_metric_calls=400, num_threads=32,
-                       reflection_lm=sim.SimulatedLM(), mlflow=False).compile(
+                       reflection_lm=sim.SimulatedLM(), tracker=False).compile(
         sim.seed_program(), trainset=train, valset=val)
     results = best.detailed_results
     expected = auto_width(RunShape(workers=32, budget=400, val_size=len(val)))
@@ -71,7 +71,7 @@ def test_p_auto_without_num_threads_takes_dspys_pool_size(splits, task_lm):
     train, val, _ = splits
     with dspy.context(num_threads=6):
         best = BatchedGEPA(metric=sim.metric, p="auto", max_metric_calls=600, reflection_lm=sim.SimulatedLM(),
-                           mlflow=False).compile(sim.seed_program(), trainset=train, valset=val)
+                           tracker=False).compile(sim.seed_program(), trainset=train, valset=val)
     assert {(step.p, step.num_workers) for step in best.detailed_results.steps} == {(6, 6)}
 
 

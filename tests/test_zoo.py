@@ -14,6 +14,7 @@ import pytest
 
 from dspy_pxn import BatchedGEPA
 from dspy_pxn.merge import MergeImprovements
+from tests.compiling import compile_sim
 from tests.zoo.lm import CAREFUL, ZooLM
 from tests.zoo.shapes import SHAPES, Shape
 
@@ -29,10 +30,10 @@ OPTIMIZERS: dict[str, tuple[type, dict[str, Any]]] = {
 def compile_shape(shape: Shape, optimizer: type, kwargs: dict[str, Any]) -> dspy.Module:
     """The shape's program compiled by ``optimizer`` on fresh fake LMs, inside dspy.context only."""
     train, val = shape.data()
-    gepa = optimizer(metric=shape.metric, max_metric_calls=MAX_METRIC_CALLS, reflection_lm=ZooLM("zoo-reflection"),
-                     num_threads=4, seed=0, **kwargs)
-    with dspy.context(lm=ZooLM(fault=shape.fault), **shape.settings()):
-        return gepa.compile(shape.program(), trainset=train, **({"valset": val} if shape.valset else {}))
+    return compile_sim(shape.program(), (train, val if shape.valset else None), optimizer=optimizer,
+                       metric=shape.metric, lm=ZooLM(fault=shape.fault), reflection_lm=ZooLM("zoo-reflection"),
+                       context=shape.settings(), max_metric_calls=MAX_METRIC_CALLS, num_threads=4, seed=0,
+                       **kwargs).program
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=[shape.name for shape in SHAPES])

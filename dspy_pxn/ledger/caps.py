@@ -1,4 +1,4 @@
-"""Budgets people plan in: dollars (``max_cost_usd``, ``max_reflection_cost_usd``) and a deadline (``max_wall_s``).
+"""Budgets people plan in: dollars (``max_cost_usd``, gepa's ``max_reflection_cost``) and a deadline (``max_wall_s``).
 
 A dollar budget cannot be reserved ahead like metric calls: a rollout's cost is known only once its
 prompt is. So every LM call of the search passes one gate, ``RunCaps``, a DSPy callback first in the
@@ -55,7 +55,7 @@ def priced_for_caps(max_cost_usd: float | None, max_reflection_cost_usd: float |
     argument to fix, named); nothing without a dollar cap."""
     if max_cost_usd is None and max_reflection_cost_usd is None:
         return {}
-    argument = "max_cost_usd" if max_cost_usd is not None else "max_reflection_cost_usd"
+    argument = "max_cost_usd" if max_cost_usd is not None else "gepa_kwargs['max_reflection_cost']"
     prices = {}
     for lm in lms:
         price = price_of(lm)
@@ -120,7 +120,7 @@ class RunCaps(BaseCallback):
         spent, reflection_spent = self.ledger.spent_usd()
         reserved, reflection_reserved = (0.0, 0.0) if settled else (self.reserved, self.reflection_reserved)
         caps = {"max_cost_usd": (self.max_cost_usd, spent + reserved),
-                "max_reflection_cost_usd": (self.max_reflection_cost_usd, reflection_spent + reflection_reserved)}
+                "max_reflection_cost": (self.max_reflection_cost_usd, reflection_spent + reflection_reserved)}
         return {name: float("inf") if cap is None else cap - used for name, (cap, used) in caps.items()}
 
     def _over(self, usd: float, reflection_usd: float, settled: bool = False) -> str | None:
@@ -128,7 +128,7 @@ class RunCaps(BaseCallback):
         lefts = self._lefts(settled)
         if usd > lefts["max_cost_usd"]:
             return "max_cost_usd"
-        return "max_reflection_cost_usd" if reflection_usd > lefts["max_reflection_cost_usd"] else None
+        return "max_reflection_cost" if reflection_usd > lefts["max_reflection_cost"] else None
 
     def reserve(self, usd: float, reflection: bool) -> None:
         """Hold ``usd`` for work under way (caller holds ``lock``); ``release`` gives it back."""

@@ -161,9 +161,7 @@ class _BilledEntries(defaultdict):
     """A tracker's ``usage_data`` that bills each entry to a ledger as it is added (a program's own
     ``dspy.track_usage()`` hands its entries up by extending these lists, not through ``add_usage``)."""
 
-    def __init__(self, ledger: RunLedger):
-        super().__init__(list)
-        self.ledger = ledger
+    ledger: RunLedger  # set by the tracker that holds them (``billed_entries``)
 
     def __missing__(self, model: str) -> _Bill:
         return self.setdefault(model, _Bill(self.ledger, model))  # two threads' first bills: one list
@@ -189,7 +187,8 @@ class BilledTracker(UsageTracker):
 
     def __init__(self, ledger: RunLedger):
         super().__init__()
-        self.usage_data = _BilledEntries(ledger)
+        self.usage_data = _BilledEntries(list)
+        self.usage_data.ledger = ledger
 
     def __deepcopy__(self, memo: dict[int, Any]) -> BilledTracker:
         return self
@@ -246,6 +245,12 @@ class RunLedger(BilledTracker):
         return next((call for ledger, call in reversed(_IN_PROGRESS.get()) if ledger is self), None)
 
     # -- billing: DSPy's usage tracker ----------------------------------------------------------------
+    def add_usage(self, lm: str, usage_entry: dict[str, Any]) -> None:
+        """DSPy reports a billed call: priced and counted now (the ledger keeps totals, not every entry; a nested
+        tracker's entries come through ``usage_data``, which bills them as they are handed up)."""
+        if usage_entry:
+            self.bill(lm, self._flatten_usage_entry(usage_entry))
+
     def bill(self, model: str, entry: Any) -> None:
         """Price one billed call and count it, for the call in progress in this context if there is one."""
         call = self.call_in_progress()

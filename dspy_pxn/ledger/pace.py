@@ -22,7 +22,7 @@ class RunPace(StepListener):
 
     def __init__(self, workers: int = 1):
         self.workers = workers  # the pool's W, for the rounds a batch of rollouts takes
-        self.started = time.perf_counter()
+        self.started, self.started_epoch = time.perf_counter(), time.time()
         self._lock = threading.Lock()
         self.rollouts = self.reflections = 0
         self._batches = 0
@@ -33,11 +33,16 @@ class RunPace(StepListener):
 
     def start(self, workers: int, spent_usd: float) -> None:
         """The search begins on a pool of ``workers``, ``spent_usd`` spent before it (a resumed run's)."""
-        self.workers, self.started, self._usd0 = workers, time.perf_counter(), spent_usd
+        self.workers, self._usd0 = workers, spent_usd
+        self.started, self.started_epoch = time.perf_counter(), time.time()
 
     def elapsed(self) -> float:
         """Seconds since the search began: the run's one clock."""
         return time.perf_counter() - self.started
+
+    def now_epoch(self) -> float:
+        """The run's clock as a Unix time (what a step record's ``started_at`` says)."""
+        return self.started_epoch + self.elapsed()
 
     def steps_begin(self, metric_calls: int) -> None:
         """The first step begins with this many metric calls spent (the seed's validation, a resumed run's)."""

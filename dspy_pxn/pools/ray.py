@@ -45,7 +45,7 @@ from dspy_pxn.ledger.ledger import RunLedger, Tally
 from dspy_pxn.ledger.limiter import active_limiters
 from dspy_pxn.ledger.prices import Price, PromptTokenBound
 from dspy_pxn.ledger.remote import Allowance, ShareSpent, shares_of
-from dspy_pxn.memo import LruMemo
+from dspy_pxn.memo import lru_memo
 from dspy_pxn.pools.threads import R, T, ThreadWorkerPool
 
 # The dspy settings a rollout reads; they travel with every batch of calls.
@@ -70,7 +70,7 @@ class RolloutActor:
 
     def __init__(self, threads: int = 1):
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dspy-pxn-actor")
-        self._resolved: LruMemo[Any] = LruMemo(SHIPPED_KEPT)
+        self._resolved = lru_memo(SHIPPED_KEPT)
 
     def run_batch(
         self, groups: Sequence[tuple[list[Any], list[Any], Sequence[Any], Allowance | None, dict[str, Price | None]]]
@@ -115,7 +115,7 @@ class RolloutActor:
     def _resolve(self, ref: Any) -> Any:
         import ray
 
-        return self._resolved.get(ref, lambda: ray.get(ref))
+        return self._resolved(ref, lambda: ray.get(ref))
 
     def pid(self) -> int:
         return os.getpid()
@@ -233,11 +233,11 @@ class RayWorkerPool:
         self._lock = threading.Lock()
         self._busy = 0.0
         # Each shipped value is kept with its reference: its ids stay its own while it is memoized.
-        self._shipped: LruMemo[tuple[Any, Any]] = LruMemo(SHIPPED_KEPT)
+        self._shipped = lru_memo(SHIPPED_KEPT)
 
     def _ship(self, value: Any, identity: tuple[int, ...]) -> Any:
         """``value`` in Ray's object store, stored once per identity (the ids of what it is made of)."""
-        return self._shipped.get(identity, lambda: (value, self._ray.put(value)))[1]
+        return self._shipped(identity, lambda: (value, self._ray.put(value)))[1]
 
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
         """Run ``fn`` over ``items`` on the actors, results in input order.

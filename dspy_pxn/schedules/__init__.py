@@ -3,7 +3,7 @@
     steps   StepSchedule   gepa's own step loop (``gepa.optimize``), P×N wide: one step at a time
     async   AsyncSchedule  P·N proposal pipelines always in flight over gepa's state: no step barrier
 
-Both drive the same gepa parts (``parts.GepaParts``) on the same adapter, pool and budget guard.
+Both drive the same gepa parts (``parts.gepa_parts``) on the same adapter, pool and budget guard.
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ gepa's ``GEPAState`` is the single record: candidates join it through its own
 adapter-state hook) as each window starts, and ``GEPAResult.from_state`` reads it at the
 end, exactly as after ``gepa.optimize``. What gepa lacks for this is a scheduler seam:
 its engine owns the loop, so this module drives the state with gepa's own parts
-(``GepaParts``) and tells gepa's callbacks what its engine would (``GepaNotifier``).
+(``schedules.parts``) and leaves gepa's engine's bookkeeping (the state, its windows, the
+callbacks) to ``schedules.windows``: this module is pipeline control only.
 
 The budget is exact: a pipeline reserves its screening with the run's ``BudgetGuard``
 when it starts, and a validation reserves the validations its selection may ask for;
@@ -37,9 +38,7 @@ is the result.
 gepa's crossover (``use_merge=True``, dspy.GEPA's default) runs beside the pipelines, in one of their
 slots, when a validation has added candidates (``schedules.crossover``).
 
-One StepRecord is written per *window*: the work that finished between the end of one
-validation and the end of the next. A window begins with its first event, so none is
-empty, and the iteration it is to gepa is counted then. Async runs are not
+One StepRecord is written per *window* (``schedules.windows``). Async runs are not
 bit-reproducible: which pipeline finishes first depends on latency.
 """
 
@@ -49,25 +48,23 @@ import contextvars
 import logging
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from dspy.teleprompt.gepa.gepa_utils import LoggerAdapter
 from gepa.core.data_loader import ensure_loader
 from gepa.core.result import GEPAResult
-from gepa.core.state import GEPAState, ValsetEvaluation, initialize_gepa_state
+from gepa.core.state import GEPAState
 from gepa.proposer.base import CandidateProposal
 from gepa.strategies.acceptance import StrictImprovementAcceptance
 from gepa.strategies.proposal_sampling import ProposalTask
 
 from dspy_pxn import selection as selections
 from dspy_pxn import width as widths
-from dspy_pxn.events import Phase, StepListener, override
 from dspy_pxn.ledger.budget import Reservation
-from dspy_pxn.ledger.caps import CapReached, seed_validation_paid
-from dspy_pxn.schedules.crossover import MERGE_TAG, AsyncCrossover, valset_evaluation
-from dspy_pxn.schedules.gepa_events import GepaNotifier, pareto_front
-from dspy_pxn.schedules.parts import GepaParts
-from dspy_pxn.strategies import stopper_telling
+from dspy_pxn.ledger.caps import CapReached
+from dspy_pxn.schedules.crossover import MERGE_TAG, AsyncCrossover
+from dspy_pxn.schedules.parts import gepa_parts
+from dspy_pxn.schedules.windows import Validated, Windows, valset_evaluation
+from dspy_pxn.strategies import selected_within, stopper_telling
 
 if TYPE_CHECKING:  # types only: the run imports the schedules, never the other way round
     from dspy_pxn.run import Live, Run
@@ -83,17 +80,7 @@ class _Screened:
     improved: bool
 
 
-@dataclass
-class _Validated:
-    """A validation's outcome: the candidates it validated, their scores, the improvers it passed over."""
-
-    selected: list[CandidateProposal]
-    evaluations: list[ValsetEvaluation]
-    passed_over: list[CandidateProposal]
-    discovered_at: int  # metric calls spent when the validation began: gepa's "discovered at"
-
-
-class AsyncSchedule(StepListener):
+class AsyncSchedule:
     """Runs the search with P·N proposals in flight; one instance per run."""
 
     @classmethod
@@ -103,17 +90,14 @@ class AsyncSchedule(StepListener):
 
     def __init__(self, run: Run, live: Live):
         self.run, self.live, self.guard = run, live, run.guard
-        self.parts = GepaParts.of(run, live)
+        self.parts = gepa_parts(run, live)
         self.width = run.p * run.n
         self.trainset, self.valset = ensure_loader(run.trainset), ensure_loader(run.valset)
+        self.windows = Windows(run, live, self.trainset, self.valset)
         # Every read or write of the state and the reservations, and every step event, under one lock:
         # a screening's rollouts and the metric calls they cost land in the same window.
         self.lock = live.events.lock
-        self.notify = GepaNotifier(live.gepa_callbacks, self.lock, run.guard.max_metric_calls)
         self.acceptance = StrictImprovementAcceptance()
-        self.state: GEPAState | None = None
-        self.window_started = False  # the current window has had an event, and gepa has been told it began
-        self.accepted_in_window = False
         self.launched = 0  # pipelines started: each one's proposal id
         self.caps, self.stop = live.caps, live.ledger.stop
         # Pipelines waiting on their reflection, by proposal id, with what the guard promised them.
@@ -124,12 +108,13 @@ class AsyncSchedule(StepListener):
             settings.gepa_kwargs.get("merge_val_overlap_floor", 5), live.gepa_callbacks,
         ) if settings.use_merge else None  # gepa's crossover, beside the pipelines
 
+    @property
+    def state(self) -> GEPAState:
+        return self.windows.state
+
     # ------------------------------------------------------------------------------ the run
     def search(self) -> GEPAState:
-        self.notify.optimization_start(self.run.seed_candidate, len(self.trainset), len(self.valset),
-                                       {"schedule": "async", "width": self.width})
-        self.state = self._initial_state()
-        self.live.events.add(self, before=self.live.pace)  # a window starts before anything counts in it
+        self.windows.begin({"schedule": "async", "width": self.width})
         pipelines = ThreadPoolExecutor(max_workers=self.width, thread_name_prefix="dspy-pxn-proposal")
         validator = ThreadPoolExecutor(max_workers=widths.MAX_VALIDATIONS_IN_FLIGHT,
                                        thread_name_prefix="dspy-pxn-validation")
@@ -163,92 +148,20 @@ class AsyncSchedule(StepListener):
                         continue
                     if kind in ("validation", "crossover"):
                         if outcome is not None:
-                            self._validated(outcome)
+                            self._join(outcome)
                     elif outcome is not None and outcome.improved:  # an improving child queues for validation
                         queued.append(outcome.proposal)
                     elif outcome is not None:  # any other is rejected now
-                        self.notify.rejected(self.state, outcome.proposal, "did not beat its parent on the minibatch",
-                                             "not_improved")
+                        self.windows.rejected(outcome.proposal, "did not beat its parent on the minibatch",
+                                              "not_improved")
         finally:
             pipelines.shutdown(wait=not self.stop.returned)
             validator.shutdown(wait=True)
-            with self.lock:
-                for proposal in queued:
-                    self.notify.rejected(self.state, proposal, "the run's budget ended before its validation",
-                                         "improved_not_selected")
-                if self.live.recorder.calls_since_last_record():  # calls whose step event never came (a drain
-                    self._start_window()  # cut short by a cap, a reflection that returned as the run ended)
-                self._end_window()
-                self._save()
+            self.windows.close(queued)
         if error is not None:
             raise error
-        self.notify.optimization_end(self.state)
+        self.windows.optimization_end()
         return self.state
-
-    def _initial_state(self) -> GEPAState:
-        """The seed validated on the valset, or the saved state a resumed run continues (gepa's own rule)."""
-        ids = list(self.valset.all_ids())
-        with seed_validation_paid():
-            evaluation = self.live.adapter.evaluate(self.valset.fetch(ids), self.run.seed_candidate,
-                                                    phase="validation")
-        settings = self.run.settings
-        state = initialize_gepa_state(
-            run_dir=settings.log_dir, logger=LoggerAdapter(logger), seed_candidate=self.run.seed_candidate,
-            seed_valset_evaluation=valset_evaluation(ids, evaluation), track_best_outputs=settings.track_best_outputs,
-        )
-        self.live.adapter.set_adapter_state(state.adapter_state)
-        self.notify.seed_validated(state, len(ids))
-        return state
-
-    # ------------------------------------------------------------------------------ windows
-    def _start_window(self) -> None:
-        """As gepa's engine starts an iteration: save the state, count the iteration, tell the callbacks."""
-        if self.window_started:
-            return
-        self.window_started, self.accepted_in_window = True, False
-        self._save()
-        self.state.i += 1
-        self.state.full_program_trace.append({"i": self.state.i, "schedule": "async"})
-        self.live.recorder.start(self.state)
-        self.notify.iteration_start(self.state, self.trainset)
-
-    def _end_window(self) -> None:
-        """Write the window's StepRecord and end gepa's iteration; nothing, if the window never began."""
-        if not self.window_started:
-            return
-        self.window_started = False
-        self.live.recorder.end(self.state)
-        self.notify.iteration_end(self.state, self.accepted_in_window)
-
-    def _save(self) -> None:
-        settings = self.run.settings
-        self.state.adapter_state = dict(self.live.adapter.get_adapter_state())
-        self.state.save(settings.log_dir, use_cloudpickle=bool(settings.gepa_kwargs.get("use_cloudpickle")))
-        self.notify.state_saved(self.state, settings.log_dir)
-
-    # -- step events: each one starts the window it lands in; rollouts spend what was reserved for them
-    @override
-    def tasks_sampled(self, tasks: Any) -> None:
-        self._start_window()
-
-    @override
-    def children_screened(self, children: int, improved: int) -> None:
-        self._start_window()
-
-    @override
-    def evaluated(self, phase: Phase, seconds: float, rollouts: int, failures: int) -> None:
-        self._start_window()
-        # Calls are spent in the window their rollouts finish in, as the recorder counts them: with two
-        # validations in flight, one may finish before the other's candidates join and end the window.
-        self.guard.spend(self.state, rollouts)
-
-    @override
-    def reflected(self, seconds: float, jobs: int, failed: int) -> None:
-        self._start_window()
-
-    @override
-    def sibling_merged(self, seconds: float, children: int) -> None:
-        self._start_window()
 
     # ------------------------------------------------------------------------------ proposals
     def _launch(self, executor: ThreadPoolExecutor, in_flight: dict[Future, str]) -> None:
@@ -331,7 +244,7 @@ class AsyncSchedule(StepListener):
         with self.lock:
             self.guard.release(reservation, len(task.minibatch))
             self.guard.close(reservation)
-            self.notify.decided(task.parent_idx, "no_proposal", reason, minibatch_ids=task.minibatch_ids,
+            self.windows.decided(task.parent_idx, "no_proposal", reason, minibatch_ids=task.minibatch_ids,
                                 scores=scores)
 
     def _only_futile_reflections_left(self, in_flight: dict[Future, str]) -> bool:
@@ -358,9 +271,8 @@ class AsyncSchedule(StepListener):
         with self.lock:
             return any(stopper_telling(self.stop, stopper)(self.state) for stopper in self.run.settings.stop_callbacks)
 
-    def _crossover(self) -> _Validated | None:
-        crossed = self.crossover.attempt(lambda: self.state, self.notify)
-        return None if crossed is None else _Validated([crossed.proposal], [crossed.evaluation], [], crossed.discovered_at)
+    def _crossover(self) -> Validated | None:
+        return self.crossover.attempt(self.windows)
 
     # ------------------------------------------------------------------------------ validation
     def _validate(self, executor: ThreadPoolExecutor, in_flight: dict[Future, str],
@@ -378,7 +290,7 @@ class AsyncSchedule(StepListener):
             reservation = self.guard.reserve_validations(self.state, wanted) if wanted else None
         if reservation is None:
             for proposal in batch:
-                self.notify.rejected(self.state, proposal, "no budget left to validate it", "improved_not_selected")
+                self.windows.rejected(proposal, "no budget left to validate it", "improved_not_selected")
             return
         in_flight[executor.submit(contextvars.copy_context().run, self._select_and_validate, batch, reservation)] = (
             "validation")
@@ -387,11 +299,11 @@ class AsyncSchedule(StepListener):
         """Rounds of one task call each that this many rollouts take on the pool."""
         return -(-rollouts // self.live.pool.num_workers)
 
-    def _select_and_validate(self, batch: list[CandidateProposal], reservation: Reservation) -> _Validated:
+    def _select_and_validate(self, batch: list[CandidateProposal], reservation: Reservation) -> Validated:
         # Unlocked: a sibling merge calls the reflection LM here. Another validation's candidates may be
         # joining the state meanwhile; gepa appends a candidate before its scores, so the reads see a
         # consistent prefix of the pool (the newest candidate may not be among them yet).
-        selected = self.parts.selection.select_within(batch, self.state, self.acceptance, reservation.validations)
+        selected = selected_within(self.parts.selection, batch, self.state, self.acceptance, reservation.validations)
         with self.lock:
             self.guard.release(reservation, (reservation.validations - len(selected)) * self.guard.valset_size)
             self.guard.commit(reservation)
@@ -405,40 +317,16 @@ class AsyncSchedule(StepListener):
             with self.lock:
                 self.guard.close(reservation)
         chosen = {id(p) for p in selected}
-        return _Validated(selected, [valset_evaluation(ids, e) for e in evaluations],
+        return Validated(selected, [valset_evaluation(ids, e) for e in evaluations],
                           [p for p in batch if id(p) not in chosen], discovered_at)
 
-    def _validated(self, validated: _Validated) -> None:
-        """The validated candidates join gepa's state; their window ends where the next one can begin."""
-        state = self.state
+    def _join(self, validated: Validated) -> None:
+        """The validated candidates join the pool; a crossover's is one done, any other makes one due."""
         with self.lock:
-            merged = {source for p in validated.selected for source in (p.metadata or {}).get("merged_from", [])}
-            for proposal in validated.passed_over:
-                if (proposal.metadata or {}).get("proposal_id") in merged:
-                    self.notify.rejected(state, proposal, "merged into a sibling merge", "merged")
-                else:
-                    self.notify.rejected(state, proposal, "not selected for validation", "improved_not_selected")
-            if not validated.selected:
-                return
-            self._start_window()
-            for proposal, evaluation in zip(validated.selected, validated.evaluations, strict=True):
-                crossed = proposal.tag == MERGE_TAG
-                if crossed:
-                    self.live.recorder.on_merge_attempted({})  # the window's validation is a crossover's
-                front_before = pareto_front(state)
-                state.num_full_ds_evals += 1
-                index = state.update_state_with_new_program(
-                    parent_program_idx=proposal.parent_program_ids, new_program=proposal.candidate,
-                    valset_evaluation=evaluation, run_dir=self.run.settings.log_dir,
-                    num_metric_calls_by_discovery_of_new_program=validated.discovered_at,
-                )
-                state.full_program_trace[-1].setdefault("new_program_indices", []).append(index)
-                self.live.recorder.accepted(index)
-                self.notify.validated(state, index, proposal, evaluation, len(self.valset), front_before)
-                if crossed:
+            for proposal, _ in self.windows.join(validated):
+                if self.crossover is None:
+                    continue
+                if proposal.tag == MERGE_TAG:
                     self.crossover.accepted()
-                    self.notify.merge_accepted(state, index, proposal)
-                elif self.crossover is not None:
+                else:
                     self.crossover.found_new_program()
-            self.accepted_in_window = True
-            self._end_window()

@@ -18,42 +18,32 @@ the budget guard before it starts and spent as its rollouts are reported, like a
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from dspy.teleprompt.gepa.gepa_utils import LoggerAdapter
 from gepa.core.data_loader import DataLoader
-from gepa.core.state import GEPAState, ValsetEvaluation
+from gepa.core.state import GEPAState
 from gepa.proposer.base import CandidateProposal
 from gepa.proposer.merge import MergeProposer
 
 from dspy_pxn.adapter import BatchedAdapter
 from dspy_pxn.ledger.budget import CROSSOVER_SUBSAMPLE_CALLS, BudgetGuard, Reservation
-from dspy_pxn.schedules.gepa_events import GepaNotifier
+from dspy_pxn.schedules.windows import MERGE_TAG, Validated, Windows, valset_evaluation
 
 logger = logging.getLogger(__name__)
 
-MERGE_TAG = "merge"  # gepa's tag on a crossover's proposal
 
-
-class SpentByTheGuard:
-    """gepa's state as the crossover proposer sees it: its metric calls are already spent by the guard,
-    as each rollout is reported, so the proposer's own count of them is not added a second time; and the
-    notes it writes for gepa's loop's trace of the iteration go to a scratch entry (an async window's
-    entry is the schedule's, and the crossover is told as its own proposal: ``GepaNotifier``)."""
-
-    def __init__(self, state: GEPAState):
-        self._state = state
-        self.full_program_trace: list[dict[str, Any]] = [{}]
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._state, name)
-
-    def increment_evals(self, count: int) -> None:
-        pass
+def as_the_proposer_sees(state: GEPAState) -> GEPAState:
+    """gepa's state for the crossover proposer: the same pool, but an eval count and an iteration trace of its
+    own. Its metric calls are spent by the guard as each rollout is reported, so the proposer's count is not
+    added a second time (nor announced); the notes it writes for gepa's loop's trace go nowhere (an async
+    window's entry is the schedule's, and the crossover is told as its own proposal)."""
+    seen = copy.copy(state)  # shallow: the candidates, scores and fronts are the live ones
+    seen.full_program_trace, seen._budget_hooks = [{}], []
+    return seen
 
 
 class AsyncCrossover:
@@ -99,7 +89,7 @@ class AsyncCrossover:
         Under the schedule's lock, held once by this thread: the proposer's rollouts release it."""
         self._evaluated = 0
         try:
-            proposal = self.proposer.propose(SpentByTheGuard(state))
+            proposal = self.proposer.propose(as_the_proposer_sees(state))
         finally:
             self.proposer.last_iter_found_new_program = False  # an attempt consumes the new program's turn
             self.guard.release(self.in_flight, CROSSOVER_SUBSAMPLE_CALLS - self._evaluated)
@@ -117,24 +107,24 @@ class AsyncCrossover:
         self._evaluated += len(batch)
         return evaluation.outputs, evaluation.scores, evaluation.objective_scores
 
-    def attempt(self, state: Callable[[], GEPAState], notify: GepaNotifier) -> Crossed | None:
+    def attempt(self, windows: Windows) -> Validated | None:
         """One crossover, in a pipeline thread: proposed and scored, then validated if it improves (the pool
-        is joined by the schedule, as for any validated candidate). ``state`` reads the schedule's state."""
+        is joined by the schedule, as for any validated candidate)."""
         try:
             with self.lock:
-                proposal = self.propose(state())
+                proposal = self.propose(windows.state)
                 if proposal is None:
                     return None
-                notify.merge_attempted(state(), proposal)
+                windows.merge_attempted(proposal)
                 if not improves(proposal):
-                    notify.merge_rejected(state(), proposal)
+                    windows.merge_rejected(proposal)
                     return None
-                validation = self.guard.reserve_validations(state(), 1)
+                validation = self.guard.reserve_validations(windows.state, 1)
                 if validation is None:
-                    notify.rejected(state(), proposal, "no budget left to validate it", "improved_not_selected")
+                    windows.rejected(proposal, "no budget left to validate it", "improved_not_selected")
                     return None
                 self.guard.commit(validation)
-                discovered_at = state().total_num_evals
+                discovered_at = windows.state.total_num_evals
             ids = list(self.valset.all_ids())
             try:
                 evaluation = self.adapter.evaluate(self.valset.fetch(ids), proposal.candidate, capture_traces=False,
@@ -142,29 +132,10 @@ class AsyncCrossover:
             finally:
                 with self.lock:
                     self.guard.close(validation)
-            return Crossed(proposal, valset_evaluation(ids, evaluation), discovered_at)
+            return Validated([proposal], [valset_evaluation(ids, evaluation)], [], discovered_at)
         finally:
             with self.lock:
                 self.in_flight = None
-
-
-@dataclass(frozen=True)
-class Crossed:
-    """A validated crossover, for the schedule to add to the pool."""
-
-    proposal: CandidateProposal
-    evaluation: ValsetEvaluation
-    discovered_at: int  # metric calls spent when its validation began: gepa's "discovered at"
-
-
-def valset_evaluation(ids: list[Any], evaluation: Any) -> ValsetEvaluation:
-    """An adapter's evaluation of the valset, keyed by val id as gepa's state keeps it."""
-    objectives = list(evaluation.objective_scores) if evaluation.objective_scores else None
-    return ValsetEvaluation(
-        outputs_by_val_id=dict(zip(ids, evaluation.outputs, strict=False)),
-        scores_by_val_id=dict(zip(ids, evaluation.scores, strict=False)),
-        objective_scores_by_val_id=dict(zip(ids, objectives, strict=False)) if objectives else None,
-    )
 
 
 def improves(proposal: CandidateProposal) -> bool:

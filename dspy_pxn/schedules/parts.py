@@ -2,7 +2,7 @@
 
 gepa's step loop and the asynchronous schedule draw parents, minibatches and the components
 to rewrite with the same gepa strategies, reflect with the same pooled reflection and pick
-which improving children to validate with the same budget-capped selection. They are built
+which improving children to validate with the same selection. They are built
 here, once per run, from the prepared run and its live parts.
 """
 
@@ -18,10 +18,10 @@ from gepa.strategies.proposal_selection import SelectionStrategy
 from dspy_pxn import selection as selections
 from dspy_pxn.merge import SiblingMerge
 from dspy_pxn.reflection import PooledReflection
-from dspy_pxn.resume import RunCheckpoint
+from dspy_pxn.description import resume_settings
+from dspy_pxn.resume import checkpoint
 from dspy_pxn.strategies import (
     CANDIDATE_SELECTORS,
-    BudgetCappedSelection,
     SequentialMinibatchSampler,
     component_selector,
 )
@@ -39,27 +39,26 @@ class GepaParts:
     sampler: SequentialMinibatchSampler
     component_selector: Any  # a gepa ReflectionComponentSelector
     reflection: PooledReflection
-    selection: BudgetCappedSelection
+    selection: SelectionStrategy  # all | best | top-k | sibling merge; each schedule caps it to its budget
 
-    @classmethod
-    def of(cls, run: Run, live: Live) -> GepaParts:
-        settings = run.settings
-        # One RNG shared by parent selection and minibatch shuffling, as gepa.optimize does,
-        # so a 1×1 run draws the same parents and minibatches as dspy.GEPA.
-        rng = random.Random(settings.seed)
-        sampler = SequentialMinibatchSampler(settings.reflection_minibatch_size, rng)
-        # Their state is saved with gepa's, through the adapter's state hook (dspy_pxn.resume).
-        live.adapter.checkpoint = RunCheckpoint(run.description.resume_settings(), sampler, rng,
-                                                dollars_spent=live.ledger.spent_usd)
-        selector = settings.candidate_selection_strategy
-        return cls(
-            rng=rng,
-            candidate_selector=CANDIDATE_SELECTORS[selector](rng) if isinstance(selector, str) else selector,
-            sampler=sampler,
-            component_selector=component_selector(settings.component_selector),
-            reflection=PooledReflection(live.adapter, run.reflection_lm, live.pool, live.events),
-            selection=BudgetCappedSelection(selection_strategy(run, live), run.guard, live.events),
-        )
+
+def gepa_parts(run: Run, live: Live) -> GepaParts:
+    settings = run.settings
+    # One RNG shared by parent selection and minibatch shuffling, as gepa.optimize does,
+    # so a 1×1 run draws the same parents and minibatches as dspy.GEPA.
+    rng = random.Random(settings.seed)
+    sampler = SequentialMinibatchSampler(settings.reflection_minibatch_size, rng)
+    # Their state is saved with gepa's, through the adapter's state hook (dspy_pxn.resume).
+    live.adapter.checkpoint = checkpoint(resume_settings(run.description), sampler, live.ledger.spent_usd)
+    selector = settings.candidate_selection_strategy
+    return GepaParts(
+        rng=rng,
+        candidate_selector=CANDIDATE_SELECTORS[selector](rng) if isinstance(selector, str) else selector,
+        sampler=sampler,
+        component_selector=component_selector(settings.component_selector),
+        reflection=PooledReflection(live.adapter, run.reflection_lm, live.pool, live.events),
+        selection=selection_strategy(run, live),
+    )
 
 
 def selection_strategy(run: Run, live: Live) -> SelectionStrategy:

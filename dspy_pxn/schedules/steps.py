@@ -29,9 +29,8 @@ from gepa.core.result import GEPAResult
 from gepa.core.state import GEPAState
 
 from dspy_pxn.ledger.caps import CapReached, seed_validation_paid
-from dspy_pxn.resume import RunCheckpoint
-from dspy_pxn.schedules.parts import GepaParts
-from dspy_pxn.strategies import CapsStopper, DistinctParentsPxN, ExactBudgetStopper, stopper_telling
+from dspy_pxn.schedules.parts import GepaParts, gepa_parts
+from dspy_pxn.strategies import BudgetCappedSelection, CapsStopper, DistinctParentsPxN, ExactBudgetStopper, stopper_telling
 
 if TYPE_CHECKING:  # types only: the run imports the schedules, never the other way round
     from dspy_pxn.run import Live, Run
@@ -44,7 +43,7 @@ class StepSchedule:
 
     @staticmethod
     def run(run: Run, live: Live) -> GEPAResult:
-        settings, parts = run.settings, GepaParts.of(run, live)
+        settings, parts = run.settings, gepa_parts(run, live)
         # gepa's loop does not say which evaluations are the parents' or which phase a step is in:
         # the adapter follows the step's events.
         live.events.add(live.adapter)
@@ -63,9 +62,8 @@ class StepSchedule:
                 adapter=live.adapter,
                 candidate_selection_strategy=selector if isinstance(selector, str) else parts.candidate_selector,
                 batch_sampler=parts.sampler,
-                sampling_strategy=OnGepasGenerator(DistinctParentsPxN(run.p, run.n, run.guard, live.events), parts,
-                                                   live.adapter.checkpoint),
-                selection_strategy=parts.selection,
+                sampling_strategy=OnGepasGenerator(DistinctParentsPxN(run.p, run.n, run.guard, live.events), parts),
+                selection_strategy=BudgetCappedSelection(parts.selection, run.guard, live.events),
                 reflection_strategy=parts.reflection,
                 stop_callbacks=stoppers,
                 callbacks=[driven, crossover, live.recorder, *live.gepa_callbacks],
@@ -104,12 +102,12 @@ class OnGepasGenerator:
     move the parents and minibatches that follow. The run's sampler is dspy-pxn's (a fresh minibatch
     per task), so before the first draw it is moved onto the selector's generator, which takes the
     state the run's own generator has (a resumed run's, restored from its checkpoint); the checkpoint
-    then saves that one. A selector without a generator (``"current_best"``, one passed in) leaves
+    saves the sampler's, so then that one. A selector without a generator (``"current_best"``, one passed in) leaves
     the sampler on the run's.
     """
 
-    def __init__(self, sampling: DistinctParentsPxN, parts: GepaParts, checkpoint: RunCheckpoint | None):
-        self.sampling, self.parts, self.checkpoint = sampling, parts, checkpoint
+    def __init__(self, sampling: DistinctParentsPxN, parts: GepaParts):
+        self.sampling, self.parts = sampling, parts
         self.moved = False
 
     def sample_tasks(self, state: GEPAState, candidate_selector: Any, batch_sampler: Any, trainset: Any) -> list:
@@ -119,8 +117,6 @@ class OnGepasGenerator:
             if isinstance(gepas, random.Random) and gepas is not self.parts.rng:
                 gepas.setstate(self.parts.rng.getstate())
                 batch_sampler.rng = gepas
-                if self.checkpoint is not None:
-                    self.checkpoint.rng = gepas
         return self.sampling.sample_tasks(state, candidate_selector, batch_sampler, trainset)
 
 

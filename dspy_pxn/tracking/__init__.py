@@ -5,7 +5,7 @@ replayed into MLflow later, and runs compared side by side.
 The optimizer never imports this package: it is handed a tracker (``MlflowTracker``) or
 builds one from its convenience arguments through the factory registered below.
 
-    BatchedGEPA(..., use_mlflow=True)                        # or tracking_uri=, experiment=, run_name=, run_tags=
+    BatchedGEPA(..., use_mlflow=True)                        # MLflow's tracking URI, the dspy-pxn experiment
     BatchedGEPA(..., tracker=MlflowTracker(experiment="hover"))
     with sweep("pxn-grid", experiment="hover"): ...          # every run inside is a nested child
     import_step_log("runs/4x2")                              # replay a log directory

@@ -5,7 +5,7 @@ optimizers it knows so that compiling traces nothing (``log_traces_from_compile=
 default): a GEPA search is thousands of rollouts. It patches only the direct subclasses of
 ``Teleprompter`` (``dspy.GEPA`` among them), so ``BatchedGEPA.compile`` is not wrapped; this
 module gives it the same rule. With ``log_compiles=True`` autolog logs each compile it wraps
-as a run; for BatchedGEPA that run is ours (as if ``mlflow=True`` were given), nested under
+as a run; for BatchedGEPA that run is ours (as if ``use_mlflow=True`` were given), nested under
 the caller's active run if there is one, so a compile never yields two unrelated runs.
 """
 

@@ -312,6 +312,6 @@ def compare_experiment(
     if not runs:
         raise ValueError(
             f"experiment={experiment!r} has no dspy-pxn runs to compare; log some with "
-            "BatchedGEPA(..., mlflow=True, experiment=...) or dspy_pxn.tracking.import_step_log(log_dir)."
+            "BatchedGEPA(..., tracker=MlflowTracker(experiment=...)) or dspy_pxn.tracking.import_step_log(log_dir)."
         )
     return compare_runs(runs, out_dir)

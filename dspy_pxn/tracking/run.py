@@ -27,10 +27,11 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dspy_pxn import description as described
 from dspy_pxn.description import RunDescription
 from dspy_pxn.records import StepRecord, read_step_log
 from dspy_pxn.resume import GEPA_STATE_FILE
@@ -73,7 +74,7 @@ class MlflowTracker:
     sweep's parent run, and inside the caller's ``with mlflow.start_run():`` under that run.
 
     The optimized program is logged as the run's MLflow model (``mlflow.dspy`` flavor), named after
-    the run's task and setting (``run_tags={"task": ...}``, else the ``dataset`` tag, else the program's
+    the run's task and setting (``tags={"task": ...}``, else the ``dataset`` tag, else the program's
     class; then e.g. ``4x4-merge-async``), and registered as ``registered_model_name`` when given; each
     predictor's instruction is registered in the Prompt Registry of the run's experiment as
     ``<prompt_prefix>.<predictor>`` (default prefix: ``<experiment>.<program class>``, so re-runs add
@@ -83,12 +84,21 @@ class MlflowTracker:
     tracking_uri: str | None = None
     experiment: str | None = None
     run_name: str | None = None
-    tags: tuple[tuple[str, str], ...] = ()
+    tags: Mapping[str, str] | tuple[tuple[str, str], ...] = ()  # kept as sorted pairs
     flush_timeout_s: float = 60.0  # the last records, the tables and the model (MLflow infers nothing: ~5 s)
     registered_model_name: str | None = None
     prompt_prefix: str | None = None
 
     def __post_init__(self) -> None:
+        """Every argument checked when the tracker is made, before any LM call."""
+        for name in ("tracking_uri", "experiment", "run_name"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ValueError(f"{name} must be a non-empty string, got {value!r}.")
+        tags = dict(self.tags or {})
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in tags.items()):
+            raise ValueError(f"tags must map strings to strings, got {self.tags!r}, e.g. tags={{'dataset': 'hover'}}.")
+        object.__setattr__(self, "tags", tuple(sorted(tags.items())))  # hashable, and one order
         check_registered_model_name(self.registered_model_name)
         prefix = self.prompt_prefix
         if prefix is not None and (not isinstance(prefix, str) or not prefix.strip()):
@@ -96,12 +106,9 @@ class MlflowTracker:
 
     @classmethod
     def from_arguments(cls, arguments: TrackingArguments) -> MlflowTracker | None:
-        """Check BatchedGEPA's tracking arguments before any LM call; None means "not asked for".
-
-        Any of ``tracking_uri``/``experiment``/``run_name``/``run_tags`` turns tracking on;
-        ``mlflow=False`` with one of them is a contradiction and fails here.
-        """
-        mlflow, run_tags = arguments.mlflow, arguments.run_tags
+        """The tracker ``use_mlflow=True`` (and, for one release, the former MLflow shorthands, any of which turns
+        tracking on; ``mlflow=False`` with one is a contradiction) asks for, checked; None: not asked for."""
+        mlflow = arguments.mlflow
         named = ("tracking_uri", "experiment", "run_name", "run_tags", "registered_model_name")
         given = {name: getattr(arguments, name) for name in named if getattr(arguments, name) is not None}
         if mlflow is not None and not isinstance(mlflow, bool):
@@ -112,20 +119,17 @@ class MlflowTracker:
             raise ValueError(
                 f"mlflow=False contradicts {sorted(given)}: drop them, or set mlflow=True to track the run in MLflow."
             )
-        for name in ("tracking_uri", "experiment", "run_name"):  # registered_model_name: __post_init__
-            value = given.get(name)
-            if value is not None and (not isinstance(value, str) or not value.strip()):
-                raise ValueError(f"{name} must be a non-empty string, got {value!r}.")
-        tags = dict(run_tags or {})
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in tags.items()):
-            raise ValueError(
-                f"run_tags must map strings to strings, got {run_tags!r}, e.g. run_tags={{'dataset': 'hover'}}."
-            )
+        if isinstance(arguments.run_tags, Mapping) or arguments.run_tags is None:
+            tags = arguments.run_tags or {}
+        else:
+            raise ValueError(f"run_tags must map strings to strings, got {arguments.run_tags!r}, "
+                             "e.g. run_tags={'dataset': 'hover'}.")
+        tracker = cls(arguments.tracking_uri, arguments.experiment, arguments.run_name, tags,
+                      registered_model_name=arguments.registered_model_name)  # checks them all
         if not (mlflow or given or (mlflow is None and logs_compiles())):
             return None
         require_mlflow(f"{min(given)}=..." if given else "mlflow=True")
-        return cls(arguments.tracking_uri, arguments.experiment, arguments.run_name, tuple(sorted(tags.items())),
-                   registered_model_name=arguments.registered_model_name)
+        return tracker
 
     def start(self, description: RunDescription, *, log_dir: str | None, usage: RunLedger) -> MlflowRun:
         """Resolve where the run goes (sweep, caller's active run, or this tracker's settings), then open it.
@@ -135,11 +139,11 @@ class MlflowTracker:
         """
         import mlflow
 
-        params = description.params()
+        params = described.params(description)
         tags = dict(self.tags)
         if "dataset" in tags:
             params["dataset"] = tags["dataset"]  # the user's name for the data, where they gave one
-        tags[CONFIG_TAG] = description.label
+        tags[CONFIG_TAG] = described.label(description)
         parent_sweep = current_sweep()
         parent_run_id: str | None = None
         online = True
@@ -167,14 +171,14 @@ class MlflowTracker:
                 # Compiled inside the caller's `with mlflow.start_run():` -> nest under it, in its experiment.
                 parent_run_id = active.info.run_id
                 experiment = _experiment_name(tracking_uri, active.info.experiment_id) or experiment
-        run_name = self.run_name or f"BatchedGEPA {description.label}"
+        run_name = self.run_name or f"BatchedGEPA {described.label(description)}"
         options = ModelOptions(
             prompt_prefix=self.prompt_prefix or default_prompt_prefix(experiment, description.program),
             registered_model_name=self.registered_model_name,
             input_example=description.input_example,
             # The task the CLI names, else the user's name for the data, else the program's class: "sim-4x4".
             model_name=model_name(tags.get("task") or (params["dataset"] if params["dataset"] != "unnamed"
-                                                       else description.program), description.label),
+                                                       else description.program), described.label(description)),
         )
         resuming = log_dir is not None and os.path.exists(os.path.join(log_dir, GEPA_STATE_FILE))
         previous = RunManifest.load(log_dir) if resuming else None

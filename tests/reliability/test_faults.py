@@ -149,7 +149,7 @@ def test_pxn_run_with_ten_percent_faulty_calls_completes_on_an_exact_budget(capl
         optimizer = BatchedGEPA(
             metric=metric, p=4, n=2, max_metric_calls=budget, num_threads=8, failure_score=0.0,
             reflection_lm=server.lm("reflection", num_retries=2, timeout=1.0, temperature=1.0, **engine),
-            callbacks=[seed_phase],
+            gepa_kwargs={"callbacks": [seed_phase]},
         )
         started = time.perf_counter()
         with dspy.context(lm=server.lm("task", num_retries=2, timeout=1.0, **engine)), caplog.at_level(logging.WARNING):

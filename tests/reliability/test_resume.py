@@ -16,7 +16,8 @@ from dspy_pxn import BatchedGEPA, read_step_log
 from dspy_pxn import testing as sim
 from dspy_pxn.resume import load_saved_state
 from dspy_pxn.testing import LatencyServer
-from dspy_pxn.tracking import MODEL_TAG
+from dspy_pxn.tracking import MODEL_TAG, MlflowTracker
+from tests.compiling import compile_sim
 from tests.conftest import seed_program
 
 # The step loop: deterministic, so a resumed run can be compared candidate by candidate with an
@@ -49,11 +50,11 @@ def server():
 
 
 def compile_on(server, log_dir, engine=None, **overrides):
-    train, val, _ = sim.make_splits(**SPLITS)
-    settings = {**SETTINGS, **overrides}
-    with dspy.context(lm=server.lm("task", **(engine or {}))):
-        return BatchedGEPA(metric=sim.metric, reflection_lm=server.lm("reflection", **(engine or {})), log_dir=str(log_dir),
-                           **settings).compile(seed_program(), trainset=train, valset=val)
+    """The run of ``SETTINGS`` (with ``overrides``) on the server's LMs, in ``log_dir``: the program it returns."""
+    engine = engine or {}
+    return compile_sim(splits=sim.make_splits(**SPLITS), lm=server.lm("task", **engine),
+                       reflection_lm=server.lm("reflection", **engine), log_dir=str(log_dir),
+                       **{**SETTINGS, **overrides}).program
 
 
 def instructions(results) -> list[str]:
@@ -199,8 +200,9 @@ def test_a_resumed_tracked_run_continues_its_mlflow_run(server, tmp_path):
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     log_dir = tmp_path / "run"
-    first = compile_on(server, log_dir, max_metric_calls=60, tracking_uri=uri, experiment="resume").detailed_results
-    extended = compile_on(server, log_dir, max_metric_calls=150, tracking_uri=uri, experiment="resume").detailed_results
+    tracker = MlflowTracker(tracking_uri=uri, experiment="resume")
+    first = compile_on(server, log_dir, max_metric_calls=60, tracker=tracker).detailed_results
+    extended = compile_on(server, log_dir, max_metric_calls=150, tracker=tracker).detailed_results
     assert extended.mlflow_run_id == first.mlflow_run_id
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("resume").experiment_id])
@@ -219,6 +221,7 @@ def test_a_resumed_tracked_run_continues_its_mlflow_run(server, tmp_path):
 DIE_AFTER_STEP_SCRIPT = textwrap.dedent('''
     import os, signal, sys, dspy
     from dspy_pxn import BatchedGEPA, testing as sim
+    from dspy_pxn.tracking import MlflowTracker
     url, log_dir = sys.argv[1], sys.argv[2]
 
     class DieAfterStep:
@@ -233,15 +236,19 @@ DIE_AFTER_STEP_SCRIPT = textwrap.dedent('''
                        num_retries=0)
     train, val, _ = sim.make_splits(**%(splits)r)
     with dspy.context(lm=lm("task")):
-        BatchedGEPA(metric=sim.metric, reflection_lm=lm("reflection"), log_dir=log_dir, callbacks=[DieAfterStep()],
+        BatchedGEPA(metric=sim.metric, reflection_lm=lm("reflection"), log_dir=log_dir,
+                    gepa_kwargs={"callbacks": [DieAfterStep()]}, tracker=%(tracker)s,
                     **%(settings)r).compile(sim.seed_program(), trainset=train, valset=val)
 ''')
 
 
-def die_after_step(server, log_dir, settings: dict, step: int, timeout_s: float = 120.0) -> None:
-    """Run ``settings`` in a subprocess that SIGKILLs itself as step ``step`` ends (``DIE_AFTER_STEP_SCRIPT``)."""
+def die_after_step(server, log_dir, settings: dict, step: int, tracker: str = "None", timeout_s: float = 120.0) -> None:
+    """Run ``settings`` in a subprocess that SIGKILLs itself as step ``step`` ends (``DIE_AFTER_STEP_SCRIPT``).
+
+    ``tracker`` is the Python expression the run's ``tracker`` argument is built from."""
     script = log_dir.parent / "die.py"
-    script.write_text(DIE_AFTER_STEP_SCRIPT % {"splits": SPLITS, "settings": settings, "step": step})
+    script.write_text(DIE_AFTER_STEP_SCRIPT % {"splits": SPLITS, "settings": settings, "step": step,
+                                               "tracker": tracker})
     env = dict(os.environ, PYTHONPATH=os.getcwd(), LITELLM_LOCAL_MODEL_COST_MAP="True")
     process = subprocess.run([sys.executable, str(script), server.base_url, str(log_dir)], env=env, check=False,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=timeout_s)
@@ -254,14 +261,16 @@ def test_a_resumed_tracked_run_continues_its_proposals_log(server, tmp_path, sch
 
     from dspy_pxn.tracking.lineage import VALIDATED, read_proposals
 
-    tracking = {"schedule": schedule, "tracking_uri": f"sqlite:///{tmp_path}/mlflow.db", "experiment": "lineage"}
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
     log_dir = tmp_path / "run"
-    die_after_step(server, log_dir, {**SETTINGS, **tracking}, step=2)
+    die_after_step(server, log_dir, {**SETTINGS, "schedule": schedule}, step=2,
+                                  tracker=f"MlflowTracker(tracking_uri={uri!r}, experiment='lineage')")
     before = read_proposals(str(log_dir))
     completed = load_saved_state(str(log_dir)).i + 1
     assert max(row.step for row in before) == 2 > completed, "the killed step's rows are on file, not in the state"
 
-    resumed = compile_on(server, log_dir, **tracking).detailed_results
+    resumed = compile_on(server, log_dir, schedule=schedule,
+                         tracker=MlflowTracker(tracking_uri=uri, experiment="lineage")).detailed_results
     rows = read_proposals(str(log_dir))
     steps = [row.step for row in rows]
     assert steps == sorted(steps) and max(steps) > max(row.step for row in before)

@@ -30,6 +30,8 @@ def test_api_keys_never_reach_tracking_logs_or_saved_programs(tmp_path, monkeypa
     mlflow = pytest.importorskip("mlflow")
     from mlflow import MlflowClient
 
+    from dspy_pxn.tracking import MlflowTracker
+
     monkeypatch.chdir(tmp_path)  # MLflow's default artifact root is relative to the working directory
     monkeypatch.setenv("OPENAI_API_KEY", ENV_KEY)
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -48,11 +50,11 @@ def test_api_keys_never_reach_tracking_logs_or_saved_programs(tmp_path, monkeypa
         student.predict.lm = lm(temperature=0.0)  # a per-predictor LM is part of the program's state
         optimizer = BatchedGEPA(
             metric=sim.metric, p=2, n=2, max_metric_calls=70, num_threads=8, log_dir=str(log_dir),
-            reflection_lm=lm(temperature=1.0), tracking_uri=store, experiment="secrets", run_name="secret run",
-            testset=_,
+            reflection_lm=lm(temperature=1.0),
+            tracker=MlflowTracker(tracking_uri=store, experiment="secrets", run_name="secret run"),
         )
         with dspy.context(lm=env_lm):
-            program = optimizer.compile(student, trainset=train, valset=val)
+            program = optimizer.compile(student, trainset=train, valset=val, testset=_)
         calls = server.stats()["calls"]
     result = program.detailed_results
     assert calls["task"] > 0 and calls["reflection"] > 0 and result.mlflow_run_id  # the keys were really used

@@ -16,13 +16,11 @@ import pytest
 from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
 from dspy_pxn.tracker import TrackingArgumentError
+from tests.compiling import compile_sim
 from tests.conftest import seed_program
 
-
-def search(splits, **kwargs):
-    train, val, _ = splits
-    return BatchedGEPA(metric=sim.metric, p=2, n=2, max_metric_calls=120, num_threads=8, schedule="steps",
-                       reflection_lm=sim.SimulatedLM(), **kwargs).compile(seed_program(), trainset=train, valset=val)
+# One deterministic search (the step loop), on the task_lm fixture's LM, tracked in one way or another.
+SEARCH = {"p": 2, "n": 2, "max_metric_calls": 120, "schedule": "steps"}
 
 
 def instructions(program):
@@ -31,7 +29,7 @@ def instructions(program):
 
 @pytest.fixture
 def untracked(task_lm, splits):
-    return instructions(search(splits, mlflow=False))
+    return instructions(compile_sim(splits=splits, tracker=False, **SEARCH).program)
 
 
 @pytest.fixture
@@ -44,7 +42,7 @@ def mock_mlflow(monkeypatch):
 
 def test_a_mocked_mlflow_module_leaves_the_search_untouched(untracked, splits, mock_mlflow, tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
-        program = search(splits, use_mlflow=True, log_dir=str(tmp_path))
+        program = compile_sim(splits=splits, use_mlflow=True, log_dir=str(tmp_path), **SEARCH).program
     assert instructions(program) == untracked
     assert program.detailed_results.mlflow_run_id is None
     assert "MLflow tracking stopped" in caplog.text
@@ -86,7 +84,7 @@ class Broken:
 @pytest.mark.parametrize("fails_at", ["start", "gepa callback", "step", "finish"])
 def test_a_tracker_that_raises_is_a_warning_not_a_failed_compile(untracked, splits, fails_at, caplog):
     with caplog.at_level(logging.WARNING):
-        program = search(splits, tracker=Broken(fails_at))
+        program = compile_sim(splits=splits, tracker=Broken(fails_at), **SEARCH).program
     assert instructions(program) == untracked
     assert f"tracking backend down at {fails_at}" in caplog.text
 
@@ -97,7 +95,7 @@ def test_a_tracker_that_returns_no_tracked_run_is_ignored(untracked, splits, cap
             return None
 
     with caplog.at_level(logging.WARNING):
-        program = search(splits, tracker=ReturnsNothing(None))
+        program = compile_sim(splits=splits, tracker=ReturnsNothing(None), **SEARCH).program
     assert instructions(program) == untracked and program.detailed_results.mlflow_run_id is None
     assert "not a TrackedRun" in caplog.text
 
@@ -120,4 +118,4 @@ def test_contradictory_tracking_arguments_still_fail_before_the_search(task_lm, 
 
     with sweep("grid", tracking_uri=f"sqlite:///{tmp_path}/a.db", log_dir=str(tmp_path / "sweep")):
         with pytest.raises(TrackingArgumentError, match="differs from the enclosing sweep"):
-            search(splits, tracker=MlflowTracker(tracking_uri=f"sqlite:///{tmp_path}/b.db"))
+            compile_sim(splits=splits, tracker=MlflowTracker(tracking_uri=f"sqlite:///{tmp_path}/b.db"), **SEARCH)

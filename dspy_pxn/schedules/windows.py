@@ -1,0 +1,275 @@
+"""gepa's engine's bookkeeping, for the asynchronous schedule: the state, its windows, and what callbacks hear.
+
+gepa's ``GEPAEngine.run`` owns its loop, and with it four chores around each iteration: it starts and ends
+the iteration, saves the state, lets validated candidates join it, and announces all of that to gepa's
+callbacks (and so to the MLflow tracker, a user's callbacks, the lineage table). The asynchronous schedule
+has no iterations: it has *windows*, the work that finished between the end of one validation and the end
+of the next. ``Windows`` does those chores for them, so ``AsyncSchedule`` is left with pipeline control
+(what to launch, when to validate, when the run is over).
+
+A window begins with its first step event, so none is empty, and that is when gepa's iteration number
+(``state.i``, the one step number of a run, a resumed one's included) is counted. One StepRecord is written
+per window. Every announcement is made with gepa's own event types, under the schedule's lock: callbacks
+never run concurrently.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dspy.teleprompt.gepa.gepa_utils import LoggerAdapter
+from gepa.core.callbacks import (
+    BudgetUpdatedEvent,
+    CandidateAcceptedEvent,
+    CandidateRejectedEvent,
+    IterationEndEvent,
+    IterationStartEvent,
+    MergeAcceptedEvent,
+    MergeAttemptedEvent,
+    MergeRejectedEvent,
+    OptimizationEndEvent,
+    OptimizationStartEvent,
+    ParetoFrontUpdatedEvent,
+    StateSavedEvent,
+    ValsetEvaluatedEvent,
+    notify_callbacks,
+)
+from gepa.core.data_loader import DataLoader
+from gepa.core.state import GEPAState, ValsetEvaluation, initialize_gepa_state
+from gepa.proposer.base import CandidateProposal
+
+from dspy_pxn.events import Phase, StepListener, override
+from dspy_pxn.ledger.caps import seed_validation_paid
+from dspy_pxn.strategies import FULL_EVALUATION, best_program
+
+if TYPE_CHECKING:  # types only: the run imports the schedules, never the other way round
+    from dspy_pxn.run import Live, Run
+
+logger = logging.getLogger(__name__)
+
+MERGE_TAG = "merge"  # gepa's tag on a crossover's proposal
+
+
+@dataclass
+class Validated:
+    """A validation's outcome: the candidates it validated, their scores, the improvers it passed over."""
+
+    selected: list[CandidateProposal]
+    evaluations: list[ValsetEvaluation]
+    passed_over: list[CandidateProposal]
+    discovered_at: int  # metric calls spent when the validation began: gepa's "discovered at"
+
+
+class Windows(StepListener):
+    """The run's gepa state, kept as gepa's engine keeps it, one window at a time; one instance per run."""
+
+    def __init__(self, run: Run, live: Live, trainset: DataLoader, valset: DataLoader):
+        self.run, self.live, self.trainset, self.valset = run, live, trainset, valset
+        self.lock = live.events.lock
+        self.state: GEPAState | None = None
+        self.open = False  # the current window has had an event, and gepa has been told its iteration began
+        self.accepted_in_window = False
+
+    def _tell(self, method: str, event: Any) -> None:
+        with self.lock:
+            notify_callbacks(self.live.gepa_callbacks, method, event)
+
+    # ------------------------------------------------------------------------------ the run's ends
+    def begin(self, config: dict[str, Any]) -> GEPAState:
+        """The seed validated on the valset, or the saved state a resumed run continues (gepa's own rule)."""
+        run, live = self.run, self.live
+        self._tell("on_optimization_start", OptimizationStartEvent(
+            seed_candidate=run.seed_candidate, trainset_size=len(self.trainset), valset_size=len(self.valset),
+            config=config))
+        ids = list(self.valset.all_ids())
+        with seed_validation_paid():
+            evaluation = live.adapter.evaluate(self.valset.fetch(ids), run.seed_candidate, phase="validation")
+        settings = run.settings
+        state = self.state = initialize_gepa_state(
+            run_dir=settings.log_dir, logger=LoggerAdapter(logger), seed_candidate=run.seed_candidate,
+            seed_valset_evaluation=valset_evaluation(ids, evaluation), track_best_outputs=settings.track_best_outputs,
+        )
+        live.adapter.set_adapter_state(state.adapter_state)
+        scores = state.prog_candidate_val_subscores[0]
+        self._tell("on_valset_evaluated", ValsetEvaluatedEvent(
+            iteration=0, candidate_idx=0, candidate=state.program_candidates[0], scores_by_val_id=dict(scores),
+            average_score=FULL_EVALUATION.get_valset_score(0, state), num_examples_evaluated=len(scores),
+            total_valset_size=len(ids), parent_ids=[], is_best_program=True, outputs_by_val_id=None))
+        budget = run.guard.max_metric_calls  # from now on every spent metric call is announced too
+        state.add_budget_hook(lambda total, delta: self._tell("on_budget_updated", BudgetUpdatedEvent(
+            iteration=state.i + 1, metric_calls_used=total, metric_calls_delta=delta,
+            metric_calls_remaining=max(0, budget - total))))
+        live.events.add(self, before=live.pace)  # a window starts before anything counts in it
+        return state
+
+    def close(self, unvalidated: Sequence[CandidateProposal]) -> None:
+        """The search is over: improvers still queued are rejected, the last window is ended and the state saved."""
+        with self.lock:
+            for proposal in unvalidated:
+                self.rejected(proposal, "the run's budget ended before its validation", "improved_not_selected")
+            if self.live.recorder.calls_since_last_record():  # calls whose step event never came (a drain cut
+                self._start()  # short by a cap, a reflection that returned as the run ended)
+            self._end()
+            self._save()
+
+    def optimization_end(self) -> None:
+        self._tell("on_optimization_end", OptimizationEndEvent(
+            best_candidate_idx=best_program(self.state), total_iterations=self.state.i,
+            total_metric_calls=self.state.total_num_evals, final_state=self.state))
+
+    # ------------------------------------------------------------------------------ windows
+    def _start(self) -> None:
+        """As gepa's engine starts an iteration: save the state, count the iteration, tell the callbacks."""
+        if self.open:
+            return
+        self.open, self.accepted_in_window = True, False
+        self._save()
+        state = self.state
+        state.i += 1
+        state.full_program_trace.append({"i": state.i, "schedule": "async"})
+        self.live.recorder.start(state)
+        self._tell("on_iteration_start", IterationStartEvent(iteration=state.i + 1, state=state,
+                                                             trainset_loader=self.trainset))
+
+    def _end(self) -> None:
+        """Write the window's StepRecord and end gepa's iteration; nothing, if the window never began."""
+        if not self.open:
+            return
+        self.open = False
+        self.live.recorder.end(self.state)
+        self._tell("on_iteration_end", IterationEndEvent(iteration=self.state.i + 1, state=self.state,
+                                                         proposal_accepted=self.accepted_in_window))
+
+    def _save(self) -> None:
+        settings, state = self.run.settings, self.state
+        state.adapter_state = dict(self.live.adapter.get_adapter_state())
+        state.save(settings.log_dir, use_cloudpickle=bool(settings.gepa_kwargs.get("use_cloudpickle")))
+        self._tell("on_state_saved", StateSavedEvent(iteration=state.i + 1, run_dir=settings.log_dir))
+
+    # -- step events: each one starts the window it lands in; rollouts spend what was reserved for them
+    @override
+    def tasks_sampled(self, tasks: Any) -> None:
+        self._start()
+
+    @override
+    def children_screened(self, children: int, improved: int) -> None:
+        self._start()
+
+    @override
+    def evaluated(self, phase: Phase, seconds: float, rollouts: int, failures: int) -> None:
+        self._start()
+        # Calls are spent in the window their rollouts finish in, as the recorder counts them: with two
+        # validations in flight, one may finish before the other's candidates join and end the window.
+        self.run.guard.spend(self.state, rollouts)
+
+    @override
+    def reflected(self, seconds: float, jobs: int, failed: int) -> None:
+        self._start()
+
+    @override
+    def sibling_merged(self, seconds: float, children: int) -> None:
+        self._start()
+
+    # ------------------------------------------------------------------------------ candidates
+    def join(self, validated: Validated) -> list[tuple[CandidateProposal, int]]:
+        """The validated candidates join gepa's state, as its engine adds them, and end their window; each
+        with its index in the pool."""
+        state, joined = self.state, []
+        with self.lock:
+            merged = {source for p in validated.selected for source in (p.metadata or {}).get("merged_from", [])}
+            for proposal in validated.passed_over:
+                if (proposal.metadata or {}).get("proposal_id") in merged:
+                    self.rejected(proposal, "merged into a sibling merge", "merged")
+                else:
+                    self.rejected(proposal, "not selected for validation", "improved_not_selected")
+            if not validated.selected:
+                return joined
+            self._start()
+            for proposal, evaluation in zip(validated.selected, validated.evaluations, strict=True):
+                crossed = proposal.tag == MERGE_TAG
+                if crossed:
+                    self.live.recorder.on_merge_attempted({})  # the window's validation is a crossover's
+                front_before = pareto_front(state)
+                state.num_full_ds_evals += 1
+                index = state.update_state_with_new_program(
+                    parent_program_idx=proposal.parent_program_ids, new_program=proposal.candidate,
+                    valset_evaluation=evaluation, run_dir=self.run.settings.log_dir,
+                    num_metric_calls_by_discovery_of_new_program=validated.discovered_at,
+                )
+                state.full_program_trace[-1].setdefault("new_program_indices", []).append(index)
+                self.live.recorder.accepted(index)
+                self._validated(index, proposal, evaluation, front_before)
+                if crossed:
+                    self._tell("on_merge_accepted", MergeAcceptedEvent(
+                        iteration=state.i + 1, new_candidate_idx=index, parent_ids=list(proposal.parent_program_ids)))
+                joined.append((proposal, index))
+            self.accepted_in_window = True
+            self._end()
+        return joined
+
+    def _validated(self, index: int, proposal: CandidateProposal, evaluation: ValsetEvaluation,
+                   front_before: set[int]) -> None:
+        """A validated candidate joined the pool: the front's move, its validation, its acceptance."""
+        state = self.state
+        front_after = pareto_front(state)
+        self._tell("on_pareto_front_updated", ParetoFrontUpdatedEvent(
+            iteration=state.i + 1, new_front=sorted(front_after), displaced_candidates=sorted(front_before - front_after)))
+        score = FULL_EVALUATION.get_valset_score(index, state)
+        self._tell("on_valset_evaluated", ValsetEvaluatedEvent(
+            iteration=state.i + 1, candidate_idx=index, candidate=proposal.candidate,
+            scores_by_val_id=dict(evaluation.scores_by_val_id), average_score=score,
+            num_examples_evaluated=len(evaluation.scores_by_val_id), total_valset_size=len(self.valset),
+            parent_ids=list(proposal.parent_program_ids), is_best_program=index == best_program(state),
+            outputs_by_val_id=None))
+        self._tell("on_candidate_accepted", CandidateAcceptedEvent(
+            iteration=state.i + 1, new_candidate_idx=index, new_score=sum(proposal.subsample_scores_after or ()),
+            parent_ids=list(proposal.parent_program_ids)))
+        self.decided(proposal.parent_program_ids[0], "validated", None, proposal, candidate=index, val_score=score)
+
+    def rejected(self, proposal: CandidateProposal, reason: str, outcome: str) -> None:
+        self._tell("on_candidate_rejected", CandidateRejectedEvent(
+            iteration=self.state.i + 1, old_score=sum(proposal.subsample_scores_before or ()),
+            new_score=sum(proposal.subsample_scores_after or ()), reason=reason))
+        self.decided(proposal.parent_program_ids[0], outcome, reason, proposal)
+
+    def decided(self, parent: int, outcome: str, reason: str | None, proposal: CandidateProposal | None = None,
+                minibatch_ids: Sequence[Any] = (), scores: Sequence[float] = (), candidate: int | None = None,
+                val_score: float | None = None) -> None:
+        """dspy-pxn's own event (gepa's loop has none like it): one proposal and what became of it, for the
+        proposals table (``dspy_pxn.tracking.lineage``). A callback without ``on_proposal_decided`` hears nothing."""
+        self._tell("on_proposal_decided", {
+            "parent": parent, "outcome": outcome, "reason": reason, "proposal": proposal,
+            "minibatch_ids": list(proposal.subsample_indices if proposal is not None else minibatch_ids),
+            "scores": list(scores), "candidate": candidate, "val_score": val_score,
+        })
+
+    def merge_attempted(self, proposal: CandidateProposal) -> None:
+        self._tell("on_merge_attempted", MergeAttemptedEvent(
+            iteration=self.state.i + 1, parent_ids=list(proposal.parent_program_ids), merged_candidate=proposal.candidate))
+
+    def merge_rejected(self, proposal: CandidateProposal) -> None:
+        """A crossover scored below its better parent on its val examples (gepa's engine's words)."""
+        before, after = proposal.subsample_scores_before, sum(proposal.subsample_scores_after or ())
+        self._tell("on_merge_rejected", MergeRejectedEvent(
+            iteration=self.state.i + 1, parent_ids=list(proposal.parent_program_ids),
+            reason=f"Merged score {after} worse than both parents {before}"))
+        self.decided(proposal.parent_program_ids[0], "not_improved", "the crossover scored below its better parent",
+                     proposal)
+
+
+def valset_evaluation(ids: list[Any], evaluation: Any) -> ValsetEvaluation:
+    """An adapter's evaluation of the valset, keyed by val id as gepa's state keeps it."""
+    objectives = list(evaluation.objective_scores) if evaluation.objective_scores else None
+    return ValsetEvaluation(
+        outputs_by_val_id=dict(zip(ids, evaluation.outputs, strict=False)),
+        scores_by_val_id=dict(zip(ids, evaluation.scores, strict=False)),
+        objective_scores_by_val_id=dict(zip(ids, objectives, strict=False)) if objectives else None,
+    )
+
+
+def pareto_front(state: GEPAState) -> set[int]:
+    """Every program on some key's front (what gepa's engine compares before and after a candidate joins)."""
+    return {program for programs in state.get_pareto_front_mapping().values() for program in programs}
