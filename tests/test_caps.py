@@ -21,25 +21,15 @@ from dspy_pxn.resume import saved_dollars
 from dspy_pxn.testing import LatencyServer
 from tests.budgets import smallest_step
 from tests.compiling import compile_sim
+from tests.prices import PRICES, priced_models
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 litellm = pytest.importorskip("litellm")
 
-PRICES = {  # dollars per token; the reflection model dearer, as it usually is
-    "openai/sim-priced-task": (1e-6, 4e-6),
-    "openai/sim-priced-reflection": (3e-6, 12e-6),
-}
-
-
 @pytest.fixture(scope="module")
 def priced():
-    """The two models registered with litellm, as a user registers a model litellm does not know."""
-    for model, (prompt, completion) in PRICES.items():
-        litellm.register_model({model: {"input_cost_per_token": prompt, "output_cost_per_token": completion,
-                                        "litellm_provider": "openai", "mode": "chat"}})
-    yield
-    for model in PRICES:
-        litellm.model_cost.pop(model, None)
+    with priced_models():
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ from dspy_pxn import testing as sim
 from dspy_pxn.cli import main as cli
 from dspy_pxn.tracking import MlflowTracker, sweep
 from tests.compiling import compile_sim
+from tests.prices import PRICES, priced_models
 
 # The step loop on the simulated LM: deterministic, so a former name and its replacement give the same run.
 TINY = {"p": 2, "n": 1, "max_metric_calls": 60, "schedule": "steps", "selection": "all", "num_threads": 8}
@@ -117,19 +118,10 @@ def test_display_progress_bar_beside_gepa_kwargs_is_refused():
 
 
 # ----------------------------------------------------------------------------- max_reflection_cost_usd
-PRICES = {"openai/sim-priced-task": (1e-6, 4e-6), "openai/sim-priced-reflection": (3e-6, 12e-6)}  # $ per token
-
-
 @pytest.fixture
 def priced():
-    """Two simulated models with a price, registered as a user registers a model litellm does not know."""
-    litellm = pytest.importorskip("litellm")
-    for model, (prompt, completion) in PRICES.items():
-        litellm.register_model({model: {"input_cost_per_token": prompt, "output_cost_per_token": completion,
-                                        "litellm_provider": "openai", "mode": "chat"}})
-    yield
-    for model in PRICES:
-        litellm.model_cost.pop(model, None)
+    with priced_models():
+        yield
 
 
 def test_max_reflection_cost_usd_still_caps_the_reflection_lm_alone(priced):

@@ -311,23 +311,16 @@ def test_bad_pool_arguments_name_the_fix():
 def test_a_dollar_cap_and_a_deadline_hold_for_rollouts_and_reflections_on_ray(cluster, schedule, engine):
     """Each unit sent to an actor carries its share of what is left; the server's bill stays within the cap,
     the run's meter matches it, and a deadline ends the run within a call of it."""
-    from tests.test_caps import PRICES, billed, compile_priced
+    from tests.prices import priced_models
+    from tests.test_caps import billed, compile_priced
 
-    litellm = pytest.importorskip("litellm")
-    for model, (prompt, completion) in PRICES.items():
-        litellm.register_model({model: {"input_cost_per_token": prompt, "output_cost_per_token": completion,
-                                        "litellm_provider": "openai", "mode": "chat"}})
-    try:
-        with RayWorkerPool(max_concurrency=8, actors=2) as pool:
-            with LatencyServer(task_latency=0.02, reflection_latency=0.04) as priced:
-                result, stats = compile_priced(priced, engine, schedule=schedule, pool=pool, max_cost_usd=0.03)
-            assert billed(stats) <= 0.03 and result.stopped_by == "max_cost_usd"
-            assert result.usage.cost_usd == pytest.approx(billed(stats), rel=1e-9)
-            assert billed(stats, "sim-priced-reflection") > 0  # reflections ran on the actors, within the cap
-            # The same (now warm) actors: a cold actor's first call may import litellm, seconds on this machine.
-            with LatencyServer(task_latency=0.25, reflection_latency=0.5) as slow:
-                result, _ = compile_priced(slow, engine, schedule=schedule, pool=pool, budget=5000, max_wall_s=4.0)
-            assert result.stopped_by == "max_wall_s" and result.wall_s <= 4.0 + 0.5 + 1.0
-    finally:
-        for model in PRICES:
-            litellm.model_cost.pop(model, None)
+    with priced_models(), RayWorkerPool(max_concurrency=8, actors=2) as pool:
+        with LatencyServer(task_latency=0.02, reflection_latency=0.04) as priced:
+            result, stats = compile_priced(priced, engine, schedule=schedule, pool=pool, max_cost_usd=0.03)
+        assert billed(stats) <= 0.03 and result.stopped_by == "max_cost_usd"
+        assert result.usage.cost_usd == pytest.approx(billed(stats), rel=1e-9)
+        assert billed(stats, "sim-priced-reflection") > 0  # reflections ran on the actors, within the cap
+        # The same (now warm) actors: a cold actor's first call may import litellm, seconds on this machine.
+        with LatencyServer(task_latency=0.25, reflection_latency=0.5) as slow:
+            result, _ = compile_priced(slow, engine, schedule=schedule, pool=pool, budget=5000, max_wall_s=4.0)
+        assert result.stopped_by == "max_wall_s" and result.wall_s <= 4.0 + 0.5 + 1.0

@@ -321,7 +321,7 @@ class MlflowRun:
         gepa's result could not give them, and the run is recorded finished with its program alone."""
         steps = list(results.steps) if results is not None else []
         final = None if results is None else final_metrics(
-            steps, max(results.val_aggregate_scores), results.total_metric_calls, len(results.candidates),
+            steps, results.val_aggregate_scores[results.best_idx], results.total_metric_calls, len(results.candidates),
             results.wall_s, results.usage, results.test_score,
         )
         try:
