@@ -97,7 +97,7 @@ def optimizer(config: str, args, reflection_lm: dspy.BaseLM, seed: int, pool=Non
     # twice the feedback, screening costs twice the calls), "cache" (gepa's cache_evaluation: a
     # (candidate, example) pair already scored is not scored again; step loop only), "vK" (at most K
     # validations at once in the async schedule), "bK" (a validation beyond the first waits for K improvers;
-    # the defaults: dspy_pxn.width) and "ray:K" (rollouts
+    # the defaults: dspy_pxn.width), "x" (gepa's crossover on, use_merge=True as in the defaults) and "ray:K" (rollouts
     # on K local Ray actors, started before the timer: where one driver process cannot feed W).
     schedule, shape, selection, *dials = config.split()
     p, n = ("auto", 1) if shape == "auto" else map(int, shape.split("x"))
@@ -114,8 +114,10 @@ def optimizer(config: str, args, reflection_lm: dspy.BaseLM, seed: int, pool=Non
             validations = int(dial[1:])
         elif dial.startswith("ray:") and dial[4:].isdigit():
             extra["pool"] = pool
+        elif dial == "x":
+            common["use_merge"] = True
         else:
-            raise SystemExit(f"unknown dial {dial!r} in config {config!r}: use mK (minibatch K), vK, bK, cache or ray:K")
+            raise SystemExit(f"unknown dial {dial!r} in config {config!r}: use mK (minibatch K), vK, bK, x, cache or ray:K")
     # Process-wide: compare vK / bK configs with --parallel 1.
     widths.MAX_VALIDATIONS_IN_FLIGHT, widths.SECOND_VALIDATION_MIN_IMPROVERS = validations, second_after
     return BatchedGEPA(**common, p=p, n=n, schedule=schedule, selection=int(selection) if selection.isdigit()
