@@ -38,8 +38,8 @@ from dspy_pxn.ledger.pace import RunPace
 from dspy_pxn.ledger.prices import Price, use_bundled_price_maps
 from dspy_pxn.pools import ThreadWorkerPool, WorkerPool
 from dspy_pxn.records import StepLog, StepRecorder
-from dspy_pxn.settings import Settings
 from dspy_pxn.result import BatchedGEPAResult
+from dspy_pxn.settings import Settings
 from dspy_pxn.tracker import TrackedRun, around_compile, effective_tracker, quietly, start_tracked_run
 from dspy_pxn.width import AUTO, auto_parents
 

@@ -22,14 +22,14 @@ from gepa.strategies.proposal_selection import SelectionStrategy
 
 from dspy_pxn import checks, gepa_options, metrics
 from dspy_pxn import selection as selections
-from dspy_pxn.ledger.limiter import LMCallLimiter, limiter_for
 from dspy_pxn.deprecated import accepts_former_names
+from dspy_pxn.ledger.limiter import LMCallLimiter, limiter_for
 from dspy_pxn.pools import WorkerPool
 from dspy_pxn.run import Run
 from dspy_pxn.schedules import SCHEDULES
+from dspy_pxn.settings import Settings
 from dspy_pxn.strategies import CANDIDATE_SELECTORS
 from dspy_pxn.strategies import component_selector as component_selector_named
-from dspy_pxn.settings import Settings
 from dspy_pxn.tracker import Tracker, chosen_tracker
 from dspy_pxn.width import AUTO
 

@@ -16,9 +16,9 @@ from gepa.proposer.reflective_mutation.base import CandidateSelector
 from gepa.strategies.proposal_selection import SelectionStrategy
 
 from dspy_pxn import selection as selections
+from dspy_pxn.description import resume_settings
 from dspy_pxn.merge import SiblingMerge
 from dspy_pxn.reflection import PooledReflection
-from dspy_pxn.description import resume_settings
 from dspy_pxn.resume import checkpoint
 from dspy_pxn.strategies import (
     CANDIDATE_SELECTORS,

@@ -30,7 +30,13 @@ from gepa.core.state import GEPAState
 
 from dspy_pxn.ledger.caps import CapReached, seed_validation_paid
 from dspy_pxn.schedules.parts import GepaParts, gepa_parts
-from dspy_pxn.strategies import BudgetCappedSelection, CapsStopper, DistinctParentsPxN, ExactBudgetStopper, stopper_telling
+from dspy_pxn.strategies import (
+    BudgetCappedSelection,
+    CapsStopper,
+    DistinctParentsPxN,
+    ExactBudgetStopper,
+    stopper_telling,
+)
 
 if TYPE_CHECKING:  # types only: the run imports the schedules, never the other way round
     from dspy_pxn.run import Live, Run
@@ -102,8 +108,8 @@ class OnGepasGenerator:
     move the parents and minibatches that follow. The run's sampler is dspy-pxn's (a fresh minibatch
     per task), so before the first draw it is moved onto the selector's generator, which takes the
     state the run's own generator has (a resumed run's, restored from its checkpoint); the checkpoint
-    saves the sampler's, so then that one. A selector without a generator (``"current_best"``, one passed in) leaves
-    the sampler on the run's.
+    saves the sampler's generator, so from then on it saves that one. A selector without a generator
+    (``"current_best"``, one passed in) leaves the sampler on the run's.
     """
 
     def __init__(self, sampling: DistinctParentsPxN, parts: GepaParts):
