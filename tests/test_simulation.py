@@ -212,6 +212,22 @@ def test_reflection_adds_exactly_one_definition_and_keeps_text():
     assert definitions(new2) == [ZORP.definition, BLICK.definition] and new2.startswith(current)
 
 
+def test_gepa_plain_reflection_prompt_learns_a_definition():
+    """gepa.optimize's own proposer (MLflow's GepaPromptOptimizer) sends its default prompt as plain text and reads
+    the new instruction out of a ``` block: the model reflects on it as on a DSPy reflection prompt."""
+    from gepa.strategies.instruction_proposal import InstructionProposalSignature
+
+    records = [{"inputs": {"question": "Apply rule zorp to 4."}, "outputs": "4", "trace": [{"name": "Predict",
+                "inputs": {"question": "[[ ## question ## ]]\nApply rule zorp to 4."}}],
+                "rationales": {"rule_match": wrong_fb(ZORP, 4)["Feedback"]}}]
+    prompt = InstructionProposalSignature.prompt_renderer(
+        {"current_instruction_doc": "Go.\n" + BLICK.definition, "dataset_with_feedback": records})
+    kind, content = respond([{"role": "user", "content": prompt}], reflection_error_rate=0.0)
+    assert kind == "reflection"
+    new = InstructionProposalSignature.output_extractor(content)["new_instruction"]
+    assert new == "Go.\n" + BLICK.definition + "\n" + ZORP.definition
+
+
 def test_reflection_parses_through_json_adapter():
     from dspy.teleprompt.gepa.instruction_proposal import InstructionProposer
 

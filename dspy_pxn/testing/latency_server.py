@@ -10,7 +10,8 @@ What it can answer (``responder.respond``): the synthetic rule task ("Apply rule
 to 7.") through any DSPy program whose predictors take the question, the reflection
 prompts GEPA sends about it (an instruction rewrite, its shortening, a dspy.Flex code
 revision, and a sibling merge of several rewrites into one ``merged_instruction``), in
-DSPy's ChatAdapter or JSONAdapter format, on either landscape (``--landscape depth``,
+DSPy's ChatAdapter or JSONAdapter format, and gepa's own plain-text reflection prompt (as
+``gepa.optimize`` and MLflow's ``GepaPromptOptimizer`` send it), on either landscape (``--landscape depth``,
 today's model, or ``breadth``: several definitions per reflection and noisy answers).
 Latencies are fixed or drawn around the configured ones (``--latency lognormal|heavy``,
 ``--latency-seed``); ``/stats`` reports the latencies slept. What it cannot answer:

@@ -7,7 +7,9 @@ optimisation makes real but noisy progress, and which rules to keep matters. A
 ``Landscape`` changes those numbers (``BREADTH``: several definitions per call, a larger
 capacity, and answer noise). It also answers dspy.Flex's code proposer (rewriting the
 instruction inside the module source), the instruction proposer's shortening request,
-and a sibling-merge prompt (``merged_instruction``: combine several improving rewrites).
+a sibling-merge prompt (``merged_instruction``: combine several improving rewrites), and gepa's own
+plain-text reflection prompt (``gepa.optimize``'s default proposer, as MLflow's ``GepaPromptOptimizer``
+sends it: no DSPy format, the new instruction expected in a ``` block).
 Pure logic, no I/O: the latency server serves it over HTTP, ``SimulatedLM`` in-process.
 """
 
@@ -231,6 +233,24 @@ def _answer_reflection(system: str, user: str, full: str, error_rate: float, lan
     return _render(fields, {"new_instruction": new_instruction}, _json_mode(system))
 
 
+# gepa's default reflection prompt (gepa.strategies.instruction_proposal.InstructionProposalSignature), sent as one
+# plain user message by gepa.optimize's own proposer (MLflow's GepaPromptOptimizer): the current instruction in the
+# first ``` block, the examples with their feedback after it, the reply's new instruction in a ``` block.
+_GEPA_REFLECTION_RE = re.compile(
+    r"I provided an assistant with the following instructions to perform a task for me:\s*```[^\n]*\n(.*?)\n?```"
+    r"(.*?)Your task is to write a new instruction for the assistant\.",
+    re.DOTALL,
+)
+
+
+def _answer_gepa_reflection(match: re.Match[str], full: str, error_rate: float, landscape: Landscape = DEPTH) -> str:
+    """gepa's plain-text reflection: the same rewrite as a DSPy reflection (one definition learned from the
+    feedback, per ``landscape``), returned in a ``` block as gepa's output extractor reads it."""
+    current, feedback = match.group(1).strip(), match.group(2)
+    digest = hashlib.sha256(full.encode("utf-8", "replace")).digest()
+    return "```\n" + _rewrite_instruction(current, feedback, digest, error_rate, landscape) + "\n```"
+
+
 def _instruction_literal(source: str) -> ast.Constant | None:
     """The instruction string of the first ``dspy.Signature(spec, instruction)`` in a module source."""
     for node in ast.walk(parse(source)):
@@ -407,6 +427,8 @@ def respond(messages: Sequence[Mapping[str, Any]], *, reflection_error_rate: flo
             return "reflection", _answer_compress(system, user)
         if "`revised_source`" in system:
             return "reflection", _answer_code(system, user, full, rate, landscape)
+        if gepa := _GEPA_REFLECTION_RE.search(user):
+            return "reflection", _answer_gepa_reflection(gepa, full, rate, landscape)
         return "task", _answer_task(system, user, landscape)
     except Exception:  # noqa: BLE001 - see docstring
         return "task", "[[ ## reasoning ## ]]\nUnparseable prompt.\n\n[[ ## answer ## ]]\n0\n\n[[ ## completed ## ]]"

@@ -1,0 +1,341 @@
+"""Baseline: MLflow's own GEPA prompt optimizer (``mlflow.genai.optimize_prompts``) on a loopback LM.
+
+What it measures, per config and seed: the wall of one ``mlflow.genai.optimize_prompts(predict_fn=...,
+train_data=..., prompt_uris=[...], scorers=[...], optimizer=GepaPromptOptimizer(reflection_model=...,
+max_metric_calls=B))`` call, as a user writes it, against the latency server of ``dspy_pxn.testing``
+(a subprocess on loopback answering the synthetic rule-arithmetic task and gepa's reflection prompt,
+with fixed latencies: ``--task-latency`` per predict_fn call, ``--reflection-latency`` per reflection).
+
+- The registered prompt's template is the task's seed instruction (no variables: the question goes in as
+  the predictor's input). predict_fn holds the prompt loaded once at setup (``mlflow.genai.load_prompt``)
+  and per call formats it in its own thread and answers with a ``dspy.Predict("question -> answer")``
+  whose instructions are the formatted text, on an uncached ``dspy.LM`` aimed at the server: the
+  answer is right iff the rule's definition is in the instruction (``dspy_pxn.testing.responder``).
+- The scorer is the task's own metric (``dspy_pxn.testing.metric``) as an ``mlflow.genai.scorers.scorer``:
+  its score, and its feedback (which names a missed rule's definition) as the rationale gepa reflects on.
+- The reflection model is a litellm model string, ``openai:/sim-reflection``, aimed at the same server
+  by ``OPENAI_BASE_URL``/``OPENAI_API_BASE`` (and a dummy key): the server counts its calls.
+- Tracking as by default (``enable_tracking=True``): an MLflow run in a sqlite store in a temp directory
+  (created and migrated before the clock starts), every evaluated row traced into it (MLflow's eval
+  turns DSPy autologging on); ``--no-tracing`` calls ``mlflow.tracing.disable()`` first, to see what the
+  trace store costs. Tracing off also changes the search: the rows' spans are no longer in the examples
+  gepa's reflection reads, so its prompts differ and the simulated reflection's copy errors fall elsewhere.
+
+Recorded per run: wall (the ``optimize_prompts`` call), the optimizer's own part of it and the part spent in
+candidate evaluations (MLflow's eval_fn), the latency floor (the run's waits alone, one after another: each
+evaluation in waves of ``MLFLOW_GENAI_EVAL_MAX_WORKERS`` rows at T_e, each reflection T_r), predict_fn calls
+(counted in predict_fn under a lock; MLflow's one pre-flight trace check is counted apart) against the
+budget, the server's task and reflection calls and peak concurrency, MLflow's initial and final eval score
+(gepa's val aggregate on the train rows), held-out accuracy of the seed and final templates (``--test``
+questions, answered instantly by the in-process simulated LM), the final template, and the store's size.
+A second optimizer is one more entry in ``CONFIGS`` (name -> factory of the optimizer object).
+
+    python benchmarks/bench_mlflow_prompts.py                        # 30 rows, T_e 0.2 s, T_r 0.8 s, B 300, 1 seed
+    python benchmarks/bench_mlflow_prompts.py --no-tracing --out benchmarks/results/mlflow_prompts_baseline_notrace.json
+    python benchmarks/bench_mlflow_prompts.py --rows 6 --budget 20 --task-latency 0 --reflection-latency 0   # smoke
+
+Results go to benchmarks/results/mlflow_prompts_baseline.json unless ``--out`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm must not fetch its cost map mid-run
+
+import argparse
+import functools
+import json
+import logging
+import math
+import sqlite3
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import dspy
+
+from dspy_pxn import testing as sim
+
+RESULTS = Path(__file__).parent / "results"
+PROMPT_NAME = "rule_arithmetic"
+REFLECTION_MODEL = "openai:/sim-reflection"  # MLflow's "<provider>:/<model>"; litellm's openai/sim-reflection
+SIGNATURE = dspy.Signature("question -> answer")
+
+# (budget, reflection model, seed) -> an mlflow.genai.optimize BasePromptOptimizer.
+OptimizerFactory = Callable[[int, str, int], Any]
+
+
+def _mlflow_gepa(budget: int, reflection_model: str, seed: int) -> Any:
+    """MLflow's GepaPromptOptimizer at its defaults, with gepa's own seed (a documented gepa_kwargs entry)."""
+    from mlflow.genai.optimize import GepaPromptOptimizer
+
+    return GepaPromptOptimizer(reflection_model=reflection_model, max_metric_calls=budget, gepa_kwargs={"seed": seed})
+
+
+CONFIGS: dict[str, OptimizerFactory] = {
+    "mlflow.GepaPromptOptimizer": _mlflow_gepa,
+}
+
+
+class CallCounter:
+    """predict_fn's calls, counted from MLflow's row threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.calls = 0
+
+    def add(self) -> None:
+        with self._lock:
+            self.calls += 1
+
+
+def make_predict_fn(prompt: Any, task_lm: dspy.BaseLM, counter: CallCounter) -> Callable[[str], str]:
+    """predict_fn as MLflow's docs write it: the prompt loaded once outside, ``format()`` per call (in the calling
+    thread, where MLflow installs the candidate), the formatted text as the predictor's instructions."""
+
+    def predict_fn(question: str) -> str:
+        counter.add()
+        instructions = prompt.format()
+        predictor = dspy.Predict(SIGNATURE.with_instructions(instructions))
+        with dspy.context(lm=task_lm):
+            return predictor(question=question).answer
+
+    return predict_fn
+
+
+def make_scorer() -> Any:
+    """The task's metric as an MLflow scorer: its score, and its feedback as the rationale gepa reflects on."""
+    from mlflow.entities import Feedback
+    from mlflow.genai.scorers import scorer
+
+    @scorer(name="rule_match")
+    def rule_match(inputs: dict[str, Any], outputs: Any, expectations: dict[str, Any]) -> Feedback:
+        gold = dspy.Example(question=inputs["question"], answer=expectations["expected_response"])
+        verdict = sim.metric(gold, dspy.Prediction(answer=outputs))
+        return Feedback(value=verdict.score, rationale=verdict.feedback)
+
+    return rule_match
+
+
+@contextmanager
+def environment(**values: str) -> Iterator[None]:
+    """Set environment variables for the block, then put back what was there."""
+    before = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@contextmanager
+def tracking_store(directory: Path, tracing: bool) -> Iterator[str]:
+    """A fresh sqlite tracking and registry store with its artifacts in ``directory`` and an experiment set
+    (migrations run here, before the clock); tracing disabled for the block unless ``tracing``. The previous
+    URIs, experiment and tracing state are put back afterwards."""
+    import mlflow
+    from mlflow.environment_variables import MLFLOW_EXPERIMENT_ID
+    from mlflow.tracking import fluent
+
+    before = mlflow.get_tracking_uri(), mlflow.get_registry_uri(), fluent._active_experiment_id
+    uri = f"sqlite:///{directory / 'mlflow.db'}"
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    artifacts = (directory / "artifacts").as_uri()
+    experiment_id = mlflow.create_experiment("bench-mlflow-prompts", artifact_location=artifacts)
+    mlflow.set_experiment(experiment_id=experiment_id)
+    if not tracing:
+        mlflow.tracing.disable()
+    try:
+        yield uri
+    finally:
+        if not tracing:
+            mlflow.tracing.enable()
+        mlflow.set_tracking_uri(before[0])
+        mlflow.set_registry_uri(before[1])
+        fluent._active_experiment_id = before[2]
+        if before[2] is None:
+            MLFLOW_EXPERIMENT_ID.unset()
+        else:
+            MLFLOW_EXPERIMENT_ID.set(before[2])
+
+
+def instrument(optimizer: Any, counter: CallCounter, marks: dict[str, float]) -> list[tuple[int, float]]:
+    """Clock the optimizer's own part of the call (``marks``: start, end, predict_fn calls before it) and each
+    candidate evaluation it asks for: the returned list fills with (rows, seconds) per eval_fn call. The eval_fn
+    the optimizer gets is MLflow's, wrapped (``functools.wraps``: MLflow's own is its ``__wrapped__``)."""
+    optimize, evaluations = optimizer.optimize, []
+
+    def timed_optimize(eval_fn: Callable[..., Any] | None, *rest: Any, **kw: Any) -> Any:
+        @functools.wraps(eval_fn)
+        def timed_eval_fn(candidate: dict[str, str], dataset: list[dict[str, Any]]) -> Any:
+            started = time.perf_counter()
+            try:
+                return eval_fn(candidate, dataset)
+            finally:
+                evaluations.append((len(dataset), time.perf_counter() - started))
+
+        marks["calls_before"], marks["start"] = counter.calls, time.perf_counter()
+        try:
+            return optimize(timed_eval_fn if eval_fn is not None else None, *rest, **kw)
+        finally:
+            marks["end"] = time.perf_counter()
+
+    optimizer.optimize = timed_optimize
+    return evaluations
+
+
+def latency_floor_s(evaluations: list[tuple[int, float]], reflections: int, workers: int,
+                    args: argparse.Namespace) -> float:
+    """The run's waits alone, one after another as MLflow's GEPA makes them: each evaluation in waves of
+    ``workers`` rows (MLflow's row pool) at T_e, each reflection T_r. What is left is everything else."""
+    return sum(math.ceil(rows / workers) for rows, _ in evaluations) * args.task_latency \
+        + reflections * args.reflection_latency
+
+
+def store_size(directory: Path) -> dict[str, int]:
+    """Bytes on disk (the sqlite file and artifacts) and traces stored."""
+    size = sum(path.stat().st_size for path in directory.rglob("*") if path.is_file())
+    try:
+        with sqlite3.connect(directory / "mlflow.db") as db:
+            traces = db.execute("SELECT COUNT(*) FROM trace_info").fetchone()[0]
+    except sqlite3.Error:
+        traces = -1
+    return {"store_bytes": size, "traces": traces}
+
+
+def held_out(template: str, test: list[dspy.Example], landscape: str) -> float:
+    """Accuracy of a template on held-out questions, answered instantly by the in-process simulated LM."""
+    predictor = dspy.Predict(SIGNATURE.with_instructions(template))
+    with dspy.context(lm=sim.SimulatedLM(landscape=landscape)):
+        return statistics.mean(sim.score(example, predictor(question=example.question)) for example in test)
+
+
+def run_one(config: str, args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """One optimize_prompts call: a fresh server and store, the clock around the call only."""
+    import litellm  # noqa: F401 - imported now so its start-up (seconds) is not billed to the first reflection
+    import mlflow
+    from mlflow.environment_variables import MLFLOW_GENAI_EVAL_MAX_WORKERS
+
+    train, _, test = sim.make_splits(seed=seed, train=args.rows, val=1, test=args.test)
+    train_data = [{"inputs": {"question": example.question}, "outputs": example.answer} for example in train]
+    counter, marks = CallCounter(), {}
+    with (tempfile.TemporaryDirectory(prefix="bench_mlflow_prompts_") as tmp,
+          sim.LatencyServer(task_latency=args.task_latency, reflection_latency=args.reflection_latency,
+                            landscape=args.landscape, latency="fixed", seed=seed) as server,
+          environment(OPENAI_BASE_URL=server.base_url, OPENAI_API_BASE=server.base_url, OPENAI_API_KEY="sim"),
+          tracking_store(Path(tmp), tracing=not args.no_tracing)):
+        server.warm_up()
+        registered = mlflow.genai.register_prompt(name=PROMPT_NAME, template=sim.seed_instruction())
+        prompt = mlflow.genai.load_prompt(registered.uri)  # once, at setup, as MLflow's docs show
+        predict_fn = make_predict_fn(prompt, server.lm("task"), counter)
+        optimizer = CONFIGS[config](args.budget, REFLECTION_MODEL, seed)
+        evaluations = instrument(optimizer, counter, marks)
+        server.reset_stats()
+        start = time.perf_counter()
+        result = mlflow.genai.optimize_prompts(predict_fn=predict_fn, train_data=train_data,
+                                               prompt_uris=[registered.uri], scorers=[make_scorer()],
+                                               optimizer=optimizer)
+        wall = time.perf_counter() - start
+        stats = server.stats()
+        stored = store_size(Path(tmp))
+    final = result.optimized_prompts[0].template
+    optimize_s = marks["end"] - marks["start"]
+    floor = latency_floor_s(evaluations, stats["calls"]["reflection"], MLFLOW_GENAI_EVAL_MAX_WORKERS.get(), args)
+    return {
+        "config": config, "seed": seed, "tracing": not args.no_tracing, "wall_s": wall,
+        "optimize_s": optimize_s, "eval_s": sum(seconds for _, seconds in evaluations), "floor_s": floor,
+        "x_floor": optimize_s / floor if floor > 0 else None, "evaluations": len(evaluations),
+        "full_evaluations": sum(rows == args.rows for rows, _ in evaluations), "budget": args.budget,
+        "predict_calls": counter.calls - marks["calls_before"], "predict_calls_setup": marks["calls_before"],
+        "server_task_calls": stats["calls"]["task"], "reflection_calls": stats["calls"]["reflection"],
+        "max_in_flight": stats["max_in_flight"], "initial_score": result.initial_eval_score,
+        "final_score": result.final_eval_score, "held_out_seed": held_out(sim.seed_instruction(), test, args.landscape),
+        "held_out_final": held_out(final, test, args.landscape), "final_template": final, **stored,
+    }
+
+
+def summarise(rows: list[dict[str, Any]], configs: list[str]) -> list[dict[str, Any]]:
+    """Means over seeds per config (max for the calls, so an overshoot of the budget shows)."""
+    table = []
+    for config in configs:
+        mine = [r for r in rows if r["config"] == config]
+        means = {key: statistics.mean(r[key] for r in mine) for key in (
+            "wall_s", "optimize_s", "eval_s", "floor_s", "reflection_calls", "initial_score", "final_score",
+            "held_out_final")}
+        table.append({"config": config, "seeds": len(mine), **means,
+                      "predict_calls_max": max(r["predict_calls"] for r in mine)})
+    return table
+
+
+def print_rows(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    print(f"\n### mlflow.genai.optimize_prompts on the latency server (T_e {args.task_latency:g} s, "
+          f"T_r {args.reflection_latency:g} s, B {args.budget}, {args.rows} rows, landscape {args.landscape}, "
+          f"tracing {'off' if args.no_tracing else 'on'})\n")
+    print("| config | seed | wall s | optimizer s | in evaluations s | latency floor s (x) | predict_fn calls / B | "
+          "reflection calls | server task calls | peak in flight | initial → final score | held-out seed → final | "
+          "traces | store MB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        x_floor = f"{r['x_floor']:.2f}" if r["x_floor"] else "—"
+        print(f"| {r['config']} | {r['seed']} | {r['wall_s']:.1f} | {r['optimize_s']:.1f} | {r['eval_s']:.1f} | "
+              f"{r['floor_s']:.1f} ({x_floor}) | {r['predict_calls']} "
+              f"(+{r['predict_calls_setup']}) / {r['budget']} | {r['reflection_calls']} | {r['server_task_calls']} | "
+              f"{r['max_in_flight']['total']} | {r['initial_score']:.3f} → {r['final_score']:.3f} | "
+              f"{r['held_out_seed']:.2f} → {r['held_out_final']:.2f} | {r['traces']} | {r['store_bytes'] / 1e6:.1f} |")
+    for r in rows:
+        print(f"\nfinal template, {r['config']} seed {r['seed']}:\n{r['final_template']}")
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    logging.basicConfig(level=logging.WARNING)
+    for noisy in ("mlflow", "gepa", "dspy", "litellm", "LiteLLM", "alembic", "httpx"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", default="mlflow.GepaPromptOptimizer",
+                        help=f"comma-separated, of {', '.join(CONFIGS)}")
+    parser.add_argument("--seeds", type=int, default=1, help="seeds 0 .. seeds-1 (data, gepa's seed)")
+    parser.add_argument("--budget", type=int, default=300, help="max_metric_calls")
+    parser.add_argument("--rows", type=int, default=30, help="train rows (gepa's valset too)")
+    parser.add_argument("--test", type=int, default=100, help="held-out questions (instant, in process)")
+    parser.add_argument("--task-latency", type=float, default=0.2, help="seconds per task LM call (one per predict_fn)")
+    parser.add_argument("--reflection-latency", type=float, default=0.8, help="seconds per reflection call")
+    parser.add_argument("--landscape", default="depth", help="the simulated model's character: depth | breadth")
+    parser.add_argument("--no-tracing", action="store_true", help="mlflow.tracing.disable() for the run")
+    parser.add_argument("--out", default=str(RESULTS / "mlflow_prompts_baseline.json"))
+    args = parser.parse_args(argv)
+    configs = [c.strip() for c in args.configs.split(",")]
+    if unknown := [c for c in configs if c not in CONFIGS]:
+        parser.error(f"unknown config(s) {unknown}: known {list(CONFIGS)}")
+
+    from mlflow.environment_variables import MLFLOW_GENAI_EVAL_MAX_WORKERS
+
+    rows = [run_one(config, args, seed) for seed in range(args.seeds) for config in configs]
+    print_rows(rows, args)
+    report = {
+        "args": vars(args),
+        "environment": {"mlflow": version("mlflow"), "gepa": version("gepa"), "dspy": version("dspy"),
+                        "litellm": version("litellm"),
+                        "MLFLOW_GENAI_EVAL_MAX_WORKERS": MLFLOW_GENAI_EVAL_MAX_WORKERS.get(),
+                        "reflection_model": REFLECTION_MODEL, "lm_cache": False, "cpus": os.cpu_count()},
+        "table": summarise(rows, configs), "rows": rows,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=2))
+    return report
+
+
+if __name__ == "__main__":
+    main()

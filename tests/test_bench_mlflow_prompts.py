@@ -1,0 +1,59 @@
+"""benchmarks/bench_mlflow_prompts.py end to end at a tiny budget: MLflow's GepaPromptOptimizer against the latency
+server (zero latency), predict_fn calls counted, reflection calls seen by the server, the JSON written."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+pytest.importorskip("mlflow")
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_mlflow_prompts.py"
+FIELDS = {"config", "seed", "tracing", "wall_s", "optimize_s", "budget", "predict_calls", "predict_calls_setup",
+          "server_task_calls", "reflection_calls", "max_in_flight", "initial_score", "final_score", "held_out_seed",
+          "held_out_final", "final_template", "store_bytes", "traces"}
+
+
+def load_bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_mlflow_prompts", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("tracing", [True, False], ids=["tracing", "no-tracing"])
+def test_main_counts_calls_and_writes_json(tmp_path: Path, tracing: bool) -> None:
+    import mlflow
+
+    bench = load_bench()
+    before = mlflow.get_tracking_uri()
+    out = tmp_path / "bench.json"
+    argv = ["--rows", "6", "--budget", "20", "--task-latency", "0", "--reflection-latency", "0", "--test", "10",
+            "--out", str(out)]
+    report = bench.main(argv + ([] if tracing else ["--no-tracing"]))
+
+    assert json.loads(out.read_text()) == json.loads(json.dumps(report))
+    (row,) = report["rows"]
+    assert FIELDS <= set(row)
+    assert row["config"] == "mlflow.GepaPromptOptimizer" and row["tracing"] is tracing and row["budget"] == 20
+    assert row["predict_calls"] >= 6  # at least the seed's full evaluation on the 6 rows
+    assert row["predict_calls_setup"] == 1  # MLflow's pre-flight trace check
+    # Every predict_fn call is one task call at the server; the reflection model (litellm) reached it too.
+    assert row["server_task_calls"] == row["predict_calls"] + row["predict_calls_setup"]
+    assert row["reflection_calls"] >= 1
+    assert 0.0 <= row["initial_score"] <= row["final_score"] <= 1.0
+    assert row["final_template"].startswith("Apply the named rule")
+    assert (row["traces"] > 0) is tracing
+    assert report["table"][0]["config"] == "mlflow.GepaPromptOptimizer"
+    assert mlflow.get_tracking_uri() == before  # the temp store is not left behind
+
+
+def test_unknown_config_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit):
+        load_bench().main(["--configs", "nope", "--out", str(tmp_path / "x.json")])
