@@ -261,8 +261,9 @@ def run_one(config: str, args: argparse.Namespace, seed: int) -> dict[str, Any]:
         "full_evaluations": sum(rows == args.rows for rows, _ in evaluations), "budget": args.budget,
         "predict_calls": counter.calls - marks["calls_before"], "predict_calls_setup": marks["calls_before"],
         "server_task_calls": stats["calls"]["task"], "reflection_calls": stats["calls"]["reflection"],
-        "max_in_flight": stats["max_in_flight"], "initial_score": result.initial_eval_score,
-        "final_score": result.final_eval_score, "held_out_seed": held_out(sim.seed_instruction(), test, args.landscape),
+        "max_in_flight": stats["max_in_flight"], "clients": stats["clients"],
+        "initial_score": result.initial_eval_score, "final_score": result.final_eval_score,
+        "held_out_seed": held_out(sim.seed_instruction(), test, args.landscape),
         "held_out_final": held_out(final, test, args.landscape), "final_template": final, **stored,
     }
 
