@@ -3,8 +3,8 @@
 gepa runs an adapter's ``propose_new_texts`` once per task in a loop, so the P·N
 reflection LM calls of a step take P·N round trips. gepa also accepts a
 ``ReflectionLM`` strategy with ``reflect_many``; this one fans the jobs out on the
-pool and delegates each job to dspy's own ``DspyAdapter.propose_new_texts``, so
-the prompts and parsing are exactly dspy.GEPA's.
+pool and delegates each job to the adapter's ``propose`` (for a DSPy program, dspy's own
+``DspyAdapter.propose_new_texts``, so the prompts and parsing are exactly dspy.GEPA's).
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from typing import Any
 
 import dspy
 from dspy.teleprompt.gepa import instruction_proposal
-from dspy.teleprompt.gepa.gepa_utils import DspyAdapter
 from gepa.proposer.reflective_mutation.reflection_lm import ReflectionJob, ReflectionProposal
 
+from dspy_pxn.events import StepEvents
 from dspy_pxn.ledger import feed
 from dspy_pxn.ledger.ledger import REFLECTING
-from dspy_pxn.events import StepEvents
+from dspy_pxn.pooled_adapter import PooledAdapter
 from dspy_pxn.pools import WorkerPool
 
 logger = logging.getLogger(__name__)
@@ -68,8 +68,8 @@ def mutation_rollout_ids(jobs: Sequence[ReflectionJob]) -> list[int | None]:
     return ids
 
 
-def reflection_call(adapter: DspyAdapter) -> Callable[[tuple[ReflectionJob, dspy.BaseLM | None]], ReflectionProposal]:
-    """One reflection LM call as a function of (job, LM), for the pool: dspy's own ``propose_new_texts``.
+def reflection_call(adapter: PooledAdapter) -> Callable[[tuple[ReflectionJob, dspy.BaseLM | None]], ReflectionProposal]:
+    """One reflection LM call as a function of (job, LM), for the pool: the adapter's ``propose``.
 
     Picklable (the adapter travels without its driver-only state), so a remote pool can run reflection
     calls on its workers; the reflective dataset is built on the driver, which holds the optimizer's state,
@@ -81,7 +81,7 @@ def reflection_call(adapter: DspyAdapter) -> Callable[[tuple[ReflectionJob, dspy
     return call
 
 
-def reflect(adapter: DspyAdapter, job_and_lm: tuple[ReflectionJob, dspy.BaseLM | None]) -> ReflectionProposal:
+def reflect(adapter: PooledAdapter, job_and_lm: tuple[ReflectionJob, dspy.BaseLM | None]) -> ReflectionProposal:
     """The job's proposal, under DSPy's own context for it (``lm``; the callbacks as they are), with the
     reflection LM's raw replies (what gepa's trackers show as ``raw_lm_outputs``)."""
     (candidate, reflective_dataset, components), lm = job_and_lm
@@ -89,7 +89,7 @@ def reflect(adapter: DspyAdapter, job_and_lm: tuple[ReflectionJob, dspy.BaseLM |
     adapter.reflection_lm = lm
     try:
         with dspy.context(lm=lm, **{REFLECTING: True}), feed.hearing_replies() as replies:
-            new_texts = DspyAdapter.propose_new_texts(adapter, candidate, reflective_dataset, components)
+            new_texts = adapter.propose(candidate, reflective_dataset, components)
     except Exception as error:  # noqa: BLE001 - one failed reflection drops one proposal
         return ReflectionProposal(new_texts={}, metadata={"reflection_error": f"{type(error).__name__}: {error}"})
     feedback = {component: feedback_text(reflective_dataset, component) for component in new_texts}
@@ -115,7 +115,7 @@ class PooledReflection:
 
     def __init__(
         self,
-        adapter: DspyAdapter,
+        adapter: PooledAdapter,
         reflection_lm: dspy.BaseLM | None,
         pool: WorkerPool,
         events: StepEvents | None = None,
@@ -126,7 +126,8 @@ class PooledReflection:
         self.events = events or StepEvents()
         self._warned_zero_temperature = False
         self._call = reflection_call(adapter)
-        builtin = _builtin(adapter.custom_instruction_proposer) and adapter.custom_code_proposer is None
+        builtin = (_builtin(getattr(adapter, "custom_instruction_proposer", None))
+                   and getattr(adapter, "custom_code_proposer", None) is None)
         self.remote = builtin and getattr(pool, "remote", False)
 
     def reflect(

@@ -1,45 +1,47 @@
 """One compile, from the optimizer's arguments to the program it returns, in three moves.
 
-    run = Run.prepare(settings, student, trainset, valset)    every check and decision that needs no LM call
+    run = Run.prepare(settings, target, trainset, valset)     every check and decision that needs no LM call
     with run.resources() as live:                             the pool, ledger, caps, tracked run, step
                                                               recorder and adapter the search runs on
         gepa_result = schedule.run(run, live)                 dspy_pxn.schedules
-        program = run.result(gepa_result, live)               the best program, its held-out score and details
+        program = target.result(run, gepa_result, live,       the best program, its held-out score and details
+                                run.ended(gepa_result, live))
+
+The target is what is optimized (``dspy_pxn.target``): a DSPy program (``ProgramTarget``) or MLflow's
+prompt templates; the engine between ``prepare`` and ``result`` sees only gepa candidates and an adapter.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import random
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import dspy
-from dspy.primitives import Example, Module
-from dspy.teleprompt.gepa.gepa import AUTO_RUN_SETTINGS, DspyGEPAResult
+from dspy.primitives import Example
+from dspy.teleprompt.gepa.gepa import AUTO_RUN_SETTINGS
 from gepa.core.result import GEPAResult
 from gepa.core.state import GEPAState
 
-from dspy_pxn import checks, components, metrics, resume
+from dspy_pxn import checks, resume
 from dspy_pxn import selection as selections
-from dspy_pxn.adapter import BatchedAdapter
 from dspy_pxn.description import RunDescription, digest, lm_name, resume_settings
 from dspy_pxn.events import StepEvents
-from dspy_pxn.holdout import holdout_score
 from dspy_pxn.ledger import caps as caps_gate
 from dspy_pxn.ledger import feed, limiter
 from dspy_pxn.ledger.budget import BudgetGuard, RunShape
 from dspy_pxn.ledger.caps import RunCaps
-from dspy_pxn.ledger.ledger import RunLedger, warn_if_answered_from_cache
+from dspy_pxn.ledger.ledger import RunLedger
 from dspy_pxn.ledger.pace import RunPace
 from dspy_pxn.ledger.prices import Price, use_bundled_price_maps
+from dspy_pxn.pooled_adapter import PooledAdapter
 from dspy_pxn.pools import ThreadWorkerPool, WorkerPool
 from dspy_pxn.records import StepLog, StepRecorder
-from dspy_pxn.result import BatchedGEPAResult
 from dspy_pxn.settings import Settings
+from dspy_pxn.target import Target
 from dspy_pxn.tracker import TrackedRun, around_compile, effective_tracker, quietly, start_tracked_run
 from dspy_pxn.width import AUTO, auto_parents
 
@@ -52,13 +54,10 @@ class Run:
     everywhere, so no part of the search recomputes it."""
 
     settings: Settings  # the optimizer's arguments, as given and checked
-    student: Module
-    trainset: list[Example]
-    valset: list[Example]
-    testset: list[Example] | None  # scored once after the search (``holdout``), never seen by it
-    metric: Callable[..., Any]  # the run's GEPA feedback metric (dspy_pxn.metrics.resolve)
-    seed_candidate: dict[str, str]  # what GEPA optimizes (dspy_pxn.components)
-    code_components: tuple[str, ...]  # the seed candidate's dspy.Flex sources
+    target: Target  # what is optimized: a DSPy program (dspy_pxn.program_target), or MLflow prompts
+    trainset: list[Any]
+    valset: list[Any]
+    testset: list[Any] | None  # scored once after the search (``holdout``), never seen by it
     reflection_lm: dspy.BaseLM | None  # None: a custom proposer reflects
     shape: RunShape
     guard: BudgetGuard
@@ -74,23 +73,24 @@ class Run:
     def n(self) -> int:
         return self.settings.n
 
+    @property
+    def seed_candidate(self) -> dict[str, str]:
+        return self.target.seed_candidate
+
+    @property
+    def code_components(self) -> tuple[str, ...]:
+        return self.target.code_components
+
     @classmethod
-    def prepare(cls, settings: Settings, student: Module, trainset: list[Example], valset: list[Example] | None,
-                testset: list[Example] | None = None) -> Run:
-        """Every argument check, the seed candidate, budget, shape, guard, description and resume state."""
-        seed = components.seed_candidate(student) if isinstance(student, Module) else {}
-        checks.program(student, list(seed))
-        metric = metrics.resolve(settings.metric, student)
-        trainset = checks.dataset("trainset", trainset)
-        if valset is None:
-            logger.warning("No valset given: using the trainset for validation (scores will be optimistic).")
-        valset = checks.dataset("valset", valset) if valset is not None else trainset
+    def prepare(cls, settings: Settings, target: Target, trainset: Any, valset: Any, testset: Any = None) -> Run:
+        """Every argument check, the budget, shape, guard, description and resume state."""
+        trainset, valset, testset = target.datasets(trainset, valset, testset)
         m = settings.reflection_minibatch_size
-        budget = metric_call_budget(settings, seed, trainset, valset)
+        budget = metric_call_budget(settings, target.seed_candidate, trainset, valset)
         guard = BudgetGuard(budget, len(valset), m, crossover=settings.use_merge,
                             name="auto" if settings.auto is not None else "max_metric_calls")
         checks.budget_buys_one_step(budget, len(valset), m, guard.smallest_budget())
-        checks.examples_match_program(student, trainset=trainset, valset=valset, testset=testset)
+        target.check(settings, trainset, valset, testset)
         checks.writable_dir("log_dir", settings.log_dir)
         reflection_lm = resolve_reflection_lm(settings)
         workers = (settings.num_threads or dspy.settings.num_threads or 1) if owns_pool(settings) else (
@@ -98,18 +98,16 @@ class Run:
         shape = RunShape(workers, budget, len(valset), m)
         p = parents_per_step(settings, shape)
         schedule, selection = search_plan(settings, p * settings.n)
-        code = tuple(components.code_components(student))
-        description = describe(settings, p, schedule, selection, student, trainset, valset, testset, seed, code,
-                               budget, workers, reflection_lm)
+        description = describe(settings, p, schedule, selection, target, trainset, valset, testset, budget, workers,
+                               reflection_lm)
         saved_state = resume.load_saved_state(settings.log_dir)
         if saved_state is not None:
             resume.check_resumable(saved_state, resume_settings(description), settings.log_dir)
         use_bundled_price_maps()  # before the first LM call: no network but the user's LMs
         prices = caps_gate.priced_for_caps(settings.max_cost_usd, settings.max_reflection_cost_usd,
-                                           feed.reachable_lms(dspy.settings.lm, reflection_lm, student))
-        return cls(settings, student, trainset, valset, testset, metric, seed, code, reflection_lm,
-                   shape, guard, description, saved_state, p, schedule, selection, prices,
-                   resume.saved_dollars(saved_state))
+                                           feed.reachable_lms(reflection_lm, *target.lms()))
+        return cls(settings, target, trainset, valset, testset, reflection_lm, shape, guard, description, saved_state,
+                   p, schedule, selection, prices, resume.saved_dollars(saved_state))
 
     # ------------------------------------------------------------------------------ resources
     @contextmanager
@@ -136,46 +134,25 @@ class Run:
                        *(c.on_step_record for c in settings.callbacks if callable(getattr(c, "on_step_record", None)))],
             )
             events = StepEvents([pace, recorder], stop=ledger.stop)
-            adapter = self._adapter(pool, events)
+            adapter = self.target.adapter(settings, pool, events)
             if self.saved_state is not None:
                 self._resume(adapter, recorder, step_log)
-            checks.warn_if_no_timeout("task", dspy.settings.lm)
             checks.warn_if_no_timeout("reflection", self.reflection_lm)
-            run_lms = (dspy.settings.lm, self.reflection_lm, self.student)
+            run_lms = (self.reflection_lm, *self.target.lms())
             with caps_gate.installed(caps), limiter.installed(settings.lm_limiter), feed.feeding(ledger, run_lms):
                 pace.start(pool.num_workers, ledger.spent_usd()[0])  # the run's clock: the deadline counts from now
                 yield Live(pool, ledger, caps, pace, tracked_run, recorder, events, adapter,
                            gepa_callbacks=[*(tracked_run.gepa_callbacks if tracked_run else []), *settings.callbacks])
         except BaseException as error:
             if tracked_run is not None:
-                quietly("fail", lambda: tracked_run.fail(error))
+                quietly("fail", lambda failure=error: tracked_run.fail(failure))
             raise
         finally:
             stack.close()
             if owned:
                 pool.close()
 
-    def _adapter(self, pool: WorkerPool, events: StepEvents) -> BatchedAdapter:
-        settings = self.settings
-        return BatchedAdapter(
-            student_module=self.student,
-            metric_fn=self.metric,
-            feedback_map={name: metrics.feedback_function(self.metric, name, predictor)
-                          for name, predictor in self.student.named_predictors()},
-            failure_score=settings.failure_score,
-            num_threads=pool.num_workers,
-            add_format_failure_as_feedback=settings.add_format_failure_as_feedback,
-            rng=random.Random(settings.seed),  # which of a predictor's calls reflection reads, seeded as in dspy.GEPA
-            reflection_lm=None,  # PooledReflection sets the reflection LM per call
-            custom_instruction_proposer=settings.instruction_proposer,
-            custom_code_proposer=settings.code_proposer,
-            warn_on_score_mismatch=settings.warn_on_score_mismatch,
-            reflection_minibatch_size=settings.reflection_minibatch_size,
-            pool=pool,
-            events=events,
-        )
-
-    def _resume(self, adapter: BatchedAdapter, recorder: StepRecorder, step_log: StepLog | None) -> None:
+    def _resume(self, adapter: PooledAdapter, recorder: StepRecorder, step_log: StepLog | None) -> None:
         """gepa re-evaluates the seed before it loads its saved state: the saved scores answer that, and the
         step log keeps the steps the saved state includes."""
         saved = self.saved_state
@@ -188,43 +165,12 @@ class Run:
             recorder.steps = step_log.keep_first(completed)
 
     # ------------------------------------------------------------------------------ result
-    def result(self, gepa_result: GEPAResult, live: Live) -> Module:
-        """The best program, as dspy.GEPA returns it, with ``detailed_results`` when ``track_stats``."""
-        settings = self.settings
-        live.ledger.search_returned()  # the held-out score below is not the search's: it passes the caps, uncounted
-        wall_s, tally = live.pace.elapsed(), live.ledger.tally()
-        stopped_by = self.stopped_by(gepa_result, live.ledger)
-        program = live.adapter.build_program(gepa_result.best_candidate)
-        feed.leave_unfed(program)
-        if tally.unheld:  # their dollars count; their calls and retries cannot be heard
-            logger.warning("%d LM calls came from an LM the program does not hold (a module-level LM or one made in "
-                           "forward): their tokens and dollars are in the usage totals, but they are not in "
-                           "lm_call_counts. Hold that LM on the program (predictor.set_lm(lm), or an attribute of a "
-                           "module) to count them.", tally.unheld)
-        test_score = (holdout_score(program, self.testset, self.metric, live.pool, settings.failure_score)
-                      if self.testset else None)
-        metric_calls = getattr(gepa_result, "total_metric_calls", None)
-        if isinstance(metric_calls, int):
-            warn_if_answered_from_cache(tally.usage, metric_calls)
-        run_id = getattr(live.tracked_run, "run_id", None)  # the tracked run's id, if it is one a user can look up
-        details = None
-        try:
-            base = DspyGEPAResult.from_gepa_result(gepa_result, live.adapter)
-        except AttributeError as missing:  # a stand-in for gepa.optimize, as in tests, may return less
-            logger.warning("gepa's result has no %s: the optimized program is returned without detailed_results.",
-                           missing.name)
-        else:
-            details = BatchedGEPAResult(
-                **{f.name: getattr(base, f.name) for f in fields(DspyGEPAResult)},
-                steps=tuple(live.recorder.steps), budget=self.shape.budget, num_workers=live.pool.num_workers,
-                wall_s=wall_s, test_score=test_score, usage=tally.usage, lm_call_counts=tally.counts,
-                mlflow_run_id=run_id if isinstance(run_id, str) else None, stopped_by=stopped_by,
-            )
-            if settings.track_stats:
-                program.detailed_results = details
-        if live.tracked_run is not None:
-            quietly("finish", lambda: live.tracked_run.finish(program, details))
-        return program
+    def ended(self, gepa_result: GEPAResult, live: Live) -> str:
+        """The search is over: the ledger stops counting it (a held-out score after it passes the caps,
+        uncounted) and the run says which budget ended it (returned: ``stopped_by``). The target's
+        ``result`` then makes what the optimizer returns."""
+        live.ledger.search_returned()
+        return self.stopped_by(gepa_result, live.ledger)
 
     def stopped_by(self, gepa_result: GEPAResult, ledger: RunLedger) -> str:
         """Which budget ended the search (the run's one stop signal says), said in the log."""
@@ -247,7 +193,7 @@ class Live:
     tracked_run: TrackedRun | None
     recorder: StepRecorder  # one StepRecord per step, to the step log, the user's sinks and the tracked run
     events: StepEvents  # the step events, heard by the recorder (and whatever a schedule adds)
-    adapter: BatchedAdapter  # every rollout of the run, on the pool
+    adapter: PooledAdapter  # every rollout of the run, on the pool
     gepa_callbacks: list[Any]  # the tracked run's and the user's gepa callbacks (the recorder is not one of them)
 
 
@@ -326,25 +272,24 @@ def make_pool(pool: str | None, workers: int) -> WorkerPool:
     return ThreadWorkerPool(workers)
 
 
-def describe(settings: Settings, p: int, schedule: str, selection: Any, student: Module, trainset: list[Example],
-             valset: list[Example], testset: list[Example] | None, seed_candidate: dict[str, str],
-             code_components: tuple[str, ...], budget: int, workers: int, reflection_lm: Any) -> RunDescription:
+def describe(settings: Settings, p: int, schedule: str, selection: Any, target: Target, trainset: list[Any],
+             valset: list[Any], testset: list[Any] | None, budget: int, workers: int,
+             reflection_lm: Any) -> RunDescription:
     """This compile, described once for tracking (params) and resume (settings)."""
     selector = settings.candidate_selection_strategy
-    predictor_lms = [predictor.lm for _, predictor in student.named_predictors()
-                     if getattr(predictor, "lm", None) is not None]
+    shape = target.shape(valset)
     return RunDescription(
         p=p, n=settings.n, selection=selections.label(selection), schedule=schedule,
         minibatch_size=settings.reflection_minibatch_size, seed=settings.seed, crossover=settings.use_merge,
         candidate_selection=selector if isinstance(selector, str) else type(selector).__name__,
-        budget=budget, num_workers=workers, program=type(student).__name__,
-        predictors=len(student.named_predictors()), code_components=len(code_components),
+        budget=budget, num_workers=workers, program=shape.name, predictors=shape.components,
+        code_components=len(target.code_components),
         dataset=getattr(trainset, "name", None) or "unnamed", trainset_size=len(trainset),
         valset_size=len(valset), testset_size=len(testset or []),
-        task_lms=tuple(predictor_lms or [dspy.settings.lm]), reflection_lm=reflection_lm,
+        task_lms=shape.task_lms, reflection_lm=reflection_lm,
         trainset_digest=digest(trainset), valset_digest=digest(valset),
-        seed_candidate_digest=digest([f"{k}={v}" for k, v in sorted(seed_candidate.items())]),
-        input_example=dict(valset[0].inputs().items()),
+        seed_candidate_digest=digest([f"{k}={v}" for k, v in sorted(target.seed_candidate.items())]),
+        input_example=shape.input_example,
         caps={name: value for name in ("max_cost_usd", "max_reflection_cost_usd", "max_wall_s")
               if (value := getattr(settings, name)) is not None},
     )

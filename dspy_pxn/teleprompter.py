@@ -25,6 +25,7 @@ from dspy_pxn import selection as selections
 from dspy_pxn.deprecated import accepts_former_names
 from dspy_pxn.ledger.limiter import LMCallLimiter, limiter_for
 from dspy_pxn.pools import WorkerPool
+from dspy_pxn.program_target import ProgramTarget
 from dspy_pxn.run import Run
 from dspy_pxn.schedules import SCHEDULES
 from dspy_pxn.settings import Settings
@@ -300,13 +301,14 @@ class BatchedGEPA(dspy.GEPA):
             raise checks.ArgumentError("teacher is not supported by GEPA; pass teacher=None.")
         testset = checks.dataset("testset", testset) if testset is not None else self.former_testset
         try:
-            run = Run.prepare(self.settings, student, trainset, valset, testset)
+            target = ProgramTarget.of(self.settings, student)
+            run = Run.prepare(self.settings, target, trainset, valset, testset)
         except checks.BudgetBuysNoValidation as nothing:
             logger.warning("%s", nothing)
             return student.deepcopy()
         with run.resources() as live:
             gepa_result = SCHEDULES[run.schedule].run(run, live)
-            return run.result(gepa_result, live)
+            return target.result(run, gepa_result, live, run.ended(gepa_result, live))
 
 
 def _resolved_in_compile(gold, pred, trace=None, pred_name=None, pred_trace=None):  # pragma: no cover

@@ -68,17 +68,17 @@ def test_the_adapter_is_seeded_as_dspy_gepa_seeds_it_and_its_state_is_saved(task
     seeds it with ``seed``, and a resumed run must continue it, so it rides in gepa's saved state."""
     import random
 
-    from dspy_pxn import run as runs
+    from dspy_pxn import program_target as targets
     from dspy_pxn.resume import load_saved_state
 
     made = []
-    original = runs.BatchedAdapter
+    original = targets.BatchedAdapter
 
     def recording(*args, **kwargs):
         made.append(kwargs["rng"].getstate())
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(runs, "BatchedAdapter", recording)
+    monkeypatch.setattr(targets, "BatchedAdapter", recording)
     train, val, _ = splits
     BatchedGEPA(metric=sim.metric, max_metric_calls=60, seed=7, log_dir=str(tmp_path), schedule="steps",
                 reflection_lm=sim.SimulatedLM()).compile(seed_program(), trainset=train, valset=val)

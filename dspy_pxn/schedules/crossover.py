@@ -29,7 +29,7 @@ from gepa.core.state import GEPAState
 from gepa.proposer.base import CandidateProposal
 from gepa.proposer.merge import MergeProposer
 
-from dspy_pxn.adapter import BatchedAdapter
+from dspy_pxn.pooled_adapter import PooledAdapter
 from dspy_pxn.ledger.budget import CROSSOVER_SUBSAMPLE_CALLS, BudgetGuard, Reservation
 from dspy_pxn.schedules.windows import MERGE_TAG, Validated, Windows, valset_evaluation
 
@@ -49,7 +49,7 @@ def as_the_proposer_sees(state: GEPAState) -> GEPAState:
 class AsyncCrossover:
     """When a crossover is due, and the one crossover attempt of the run in flight at a time."""
 
-    def __init__(self, adapter: BatchedAdapter, valset: DataLoader, guard: BudgetGuard, lock: threading.RLock,
+    def __init__(self, adapter: PooledAdapter, valset: DataLoader, guard: BudgetGuard, lock: threading.RLock,
                  rng: Any, max_merge_invocations: int, val_overlap_floor: int, callbacks: list[Any]):
         self.adapter, self.valset, self.guard, self.lock = adapter, valset, guard, lock
         self.proposer = MergeProposer(

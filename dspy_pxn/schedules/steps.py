@@ -3,7 +3,7 @@
     sampling    DistinctParentsPxN          P distinct parents × N mutations, narrowed by the budget
     minibatches SequentialMinibatchSampler  a fresh minibatch for every task
     reflection  PooledReflection            all P·N reflection calls at once
-    adapter     BatchedAdapter              every rollout of a step on one pool of W workers
+    adapter     PooledAdapter               every rollout of a step on one pool of W workers
     selection   BudgetCappedSelection       all | best | top-k | sibling merge, never validating past the budget
     stopper     ExactBudgetStopper          stop when no useful step fits the budget
                 CapsStopper                 ... or the dollars and deadline (max_cost_usd, max_wall_s)

@@ -1,0 +1,207 @@
+"""How a gepa adapter's rollouts are scheduled: one pool task per (candidate, example), whatever the adapter.
+
+gepa hands an adapter a batch and a candidate at a time (``evaluate``) and, from a P×N step, many
+at once (``batch_evaluate``). ``PooledAdapter`` is the half of an adapter that decides *how* they
+run, shared by every kind of candidate the engine optimizes (a DSPy program's instructions,
+``dspy_pxn.adapter.BatchedAdapter``; MLflow prompt templates,
+``dspy_pxn.tracking.mlflow_prompts.adapter``):
+
+- every (candidate, example) pair is one pool task, so a long validation and short minibatches
+  share W workers instead of a static split;
+- traces are captured only for the parent minibatch evaluations that reflection reads, never for
+  children screening or full validation;
+- every batch of rollouts is reported with its phase (``StepEvents.evaluated``): a schedule that
+  calls the adapter says which phase it is in; in gepa's step loop the adapter follows the step
+  (sampling starts screening, selection starts validation) as a step listener;
+- a resumed run's saved seed scores answer the seed's re-validation (``replay_once``), and the
+  strategies' checkpoint rides in gepa's adapter state.
+
+The other half, *what* a rollout means, is the subclass's: its picklable ``rollouts`` function
+(one task -> a ``RolloutResult``), ``prepare`` (can this candidate run at all), ``to_evaluation_batch``,
+``scores_only`` and ``propose`` (one reflection job, in the reflection LM's context).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gepa import EvaluationBatch
+from gepa.strategies.proposal_sampling import ProposalTask
+
+from dspy_pxn.events import Phase, StepEvents, StepListener, override
+from dspy_pxn.pools import WorkerPool
+from dspy_pxn.resume import CHECKPOINT_KEY, Checkpoint
+from dspy_pxn.rollout import RolloutResult, candidate_key
+
+# One rollout task: (candidate, example, capture the trace, the evaluation it belongs to).
+Task = tuple[dict[str, str], Any, bool, int]
+
+
+class PooledAdapter(StepListener):
+    """The scheduling half of a gepa adapter; subclasses say what one rollout is."""
+
+    propose_new_texts = None  # gepa calls an adapter's proposer one task at a time: PooledReflection owns it
+
+    rollouts: Callable[[Task], RolloutResult]  # picklable: a remote pool ships it once per run
+
+    # Driver-only state: a remote pool ships the adapter without it.
+    _DRIVER_ONLY = ("pool", "events", "_lock", "_replays", "_traced_batches", "_step_phase", "checkpoint",
+                    "_evaluations", "_first_evaluation_checked")
+
+    def start_pooling(self, pool: WorkerPool | None, events: StepEvents | None) -> None:
+        self.pool = pool
+        self.events = events or StepEvents()
+        self._traced_batches: set[tuple[str, tuple[int, ...]]] = set()
+        self._step_phase: Phase = "validation"  # gepa's step loop: the seed's validation comes first
+        self._replays: dict[tuple[str, tuple[int, ...]], EvaluationBatch] = {}
+        self._lock = threading.Lock()
+        # Strategy state saved with gepa's own state file (dspy_pxn.resume); None: nothing to save.
+        self.checkpoint: Checkpoint | None = None
+        # The run's first evaluation (the seed on the valset) shows whether the program and metric work at all.
+        self._first_evaluation_checked = False
+        self._evaluations = itertools.count()  # each evaluation is its own (dspy.GEPA builds a program per one)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in self._DRIVER_ONLY}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.start_pooling(None, None)
+
+    # -- what a subclass says about its rollouts -------------------------------------------
+    def prepare(self, candidate: dict[str, str], evaluation: int) -> bool:
+        """Ready the evaluation on the driver; False: the candidate cannot run, its batch scores as failures."""
+        return True
+
+    def check_first_evaluation(self, results: list[RolloutResult], examples: list[Any]) -> None:
+        """Stop a run whose seed validation shows the task broken (raise), or let it go on."""
+
+    def to_evaluation_batch(self, batch: Sequence[Any], results: list[RolloutResult], capture: bool
+                            ) -> EvaluationBatch:
+        raise NotImplementedError
+
+    def scores_only(self, raw_scores: Sequence[Any], trajectories: list | None = None) -> EvaluationBatch:
+        """An evaluation with scores and no outputs: a saved seed validation, or a candidate that cannot run."""
+        raise NotImplementedError
+
+    def propose(self, candidate: dict[str, str], reflective_dataset: Any, components: list[str]) -> dict[str, str]:
+        """One reflection job's new texts, asked of the reflection LM in the current DSPy context."""
+        raise NotImplementedError
+
+    # -- gepa's adapter-state hook: our strategies' state is pickled with gepa's ----------------
+    def get_adapter_state(self) -> dict[str, Any]:
+        """The adapter's own state (dspy's random generator, for a program) and, when set, our checkpoint."""
+        own = getattr(super(), "get_adapter_state", None)
+        state = dict(own() if own is not None else {})
+        if self.checkpoint is not None:
+            snapshot, _ = self.checkpoint
+            state[CHECKPOINT_KEY] = snapshot()
+        return state
+
+    def set_adapter_state(self, state: dict[str, Any]) -> None:
+        own = getattr(super(), "set_adapter_state", None)
+        if own is not None:
+            own(state)
+        saved = state.get(CHECKPOINT_KEY)
+        if self.checkpoint is not None and saved is not None:
+            _, restore = self.checkpoint
+            restore(saved)
+
+    def replay_once(self, candidate: dict[str, str], batch: Sequence[Any], evaluation: EvaluationBatch) -> None:
+        """Answer the next evaluation of (candidate, batch) with ``evaluation`` instead of running it.
+
+        On resume gepa re-evaluates the seed on the valset before it loads its saved state,
+        then discards the result; the saved scores answer that call without LM calls.
+        """
+        with self._lock:
+            self._replays[self._batch_key(candidate, batch)] = evaluation
+
+    # -- gepa's step loop, followed as a step listener ------------------------------------
+    @override
+    def tasks_sampled(self, tasks: Sequence[ProposalTask]) -> None:
+        """The step's screening starts; the sampled parents' minibatch evaluations are the ones reflection reads.
+
+        gepa evaluates parents and children of a step through the same ``batch_evaluate(items)`` call
+        without saying which is which; the sampled tasks name the parents, so each (parent, minibatch)
+        pair is marked here for traces. Each mark is consumed by its first evaluation, so a child
+        identical to its parent is not traced.
+        """
+        self._step_phase = "screening"
+        with self._lock:
+            self._traced_batches.update(self._batch_key(parent, batch) for parent, batch in unique_minibatches(tasks))
+
+    @override
+    def children_screened(self, children: int, improved: int) -> None:
+        """The step's selection starts: what gepa evaluates next is validation."""
+        self._step_phase = "validation"
+
+    @staticmethod
+    def _batch_key(candidate: dict[str, str], batch: Sequence[Any]) -> tuple[str, tuple[int, ...]]:
+        return candidate_key(candidate), tuple(id(example) for example in batch)
+
+    def _wants_traces(self, candidate: dict[str, str], batch: Sequence[Any]) -> bool:
+        key = self._batch_key(candidate, batch)
+        with self._lock:
+            if key in self._traced_batches:
+                self._traced_batches.discard(key)
+                return True
+        return False
+
+    def evaluate(self, batch, candidate, capture_traces=False, num_threads=None, *, phase: Phase | None = None):
+        """gepa's evaluate; ``phase``: which phase the rollouts belong to (default: the step loop's)."""
+        return self._evaluate_many([(candidate, batch, capture_traces)], phase or self._step_phase)[0]
+
+    def batch_evaluate(self, items, *, capture_traces=None, phase: Phase | None = None):
+        """Evaluate every (candidate, batch) pair as one flat set of pool tasks."""
+        jobs = [
+            (candidate, batch, self._wants_traces(candidate, batch) if capture_traces is None else capture_traces)
+            for candidate, batch in items
+        ]
+        return self._evaluate_many(jobs, phase or self._step_phase)
+
+    def _evaluate_many(self, jobs: list[tuple[dict[str, str], Sequence[Any], bool]], phase: Phase
+                       ) -> list[EvaluationBatch]:
+        with self._lock:
+            replayed = [self._replays.pop(self._batch_key(candidate, batch), None) for candidate, batch, _ in jobs]
+        if any(r is not None for r in replayed):
+            fresh = iter(self._evaluate_many([job for job, r in zip(jobs, replayed, strict=True) if r is None], phase))
+            return [r if r is not None else next(fresh) for r in replayed]
+        start = time.perf_counter()
+        evaluation_ids = [next(self._evaluations) for _ in jobs]
+        runnable = [self.prepare(candidate, evaluation)
+                    for (candidate, _, _), evaluation in zip(jobs, evaluation_ids, strict=True)]
+        tasks: list[Task] = [
+            (candidate, example, capture, evaluation)
+            for runs, evaluation, (candidate, batch, capture) in zip(runnable, evaluation_ids, jobs, strict=True)
+            if runs
+            for example in batch
+        ]
+        results = self.pool.map(self.rollouts, tasks)
+        if not self._first_evaluation_checked:
+            self._first_evaluation_checked = True
+            self.check_first_evaluation(results, [example for _, example, _, _ in tasks])
+        failures = sum(1 for r in results if r.error is not None)
+        scored = len(tasks)  # an example of a candidate that cannot run is scored too: failure_score
+        remaining = iter(results)
+        evaluations = []
+        for runs, (_, batch, capture) in zip(runnable, jobs, strict=True):
+            if not runs:
+                failures += len(batch)
+                scored += len(batch)
+                evaluations.append(self.scores_only([None] * len(batch), [] if capture else None))
+                continue
+            evaluations.append(self.to_evaluation_batch(batch, [next(remaining) for _ in batch], capture))
+        self.events.evaluated(phase, time.perf_counter() - start, scored, failures)
+        return evaluations
+
+
+def unique_minibatches(tasks: Sequence[ProposalTask]) -> list[tuple[dict[str, str], list]]:
+    """The (parent, minibatch) pairs gepa will evaluate with traces, deduplicated as gepa does."""
+    seen: dict[tuple[int, tuple], tuple[dict[str, str], list]] = {}
+    for task in tasks:
+        seen.setdefault((task.parent_idx, tuple(task.minibatch_ids)), (task.parent_candidate, task.minibatch))
+    return list(seen.values())

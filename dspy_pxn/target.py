@@ -1,0 +1,52 @@
+"""What a run optimizes: the one thing ``dspy_pxn.run`` asks of a DSPy program, or of anything else.
+
+The engine (budget, pool, ledger, schedules, reflection, sibling merge, crossover) works on gepa's
+candidates, ``dict[str, str]``, through a ``PooledAdapter``. A ``Target`` is the rest: where the seed
+candidate comes from, which data it accepts, which LMs the task holds, the adapter its rollouts
+run on. What a finished search returns is the caller's: each target has its own ``result``
+(``run.ended()`` first says the search is over). ``ProgramTarget`` (``dspy_pxn.program_target``) is a
+DSPy program, as ``BatchedGEPA.compile`` optimizes it; MLflow prompt templates are another
+(``dspy_pxn.tracking.mlflow_prompts``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from dspy_pxn.events import StepEvents
+from dspy_pxn.pooled_adapter import PooledAdapter
+from dspy_pxn.pools import WorkerPool
+
+if TYPE_CHECKING:
+    from dspy_pxn.settings import Settings
+
+
+@dataclass(frozen=True)
+class TargetShape:
+    """How a target is described to tracking and resume (``dspy_pxn.description.RunDescription``)."""
+
+    name: str  # the program's class, or what the candidates are ("mlflow prompts")
+    components: int  # predictors (or prompts) the candidate holds
+    task_lms: tuple[Any, ...]  # the LMs the task calls, where the run can see them
+    input_example: dict[str, Any]  # one validation example's inputs
+
+
+class Target(Protocol):
+    """What a run optimizes, besides the candidate texts the engine searches over."""
+
+    seed_candidate: dict[str, str]
+    code_components: tuple[str, ...]  # components that are code (dspy.Flex sources), not instructions
+
+    def datasets(self, trainset: Any, valset: Any, testset: Any) -> tuple[list[Any], list[Any], list[Any] | None]:
+        """The data, checked (a bad argument raises naming it); a missing valset as this target's users expect."""
+
+    def check(self, settings: Settings, trainset: list[Any], valset: list[Any], testset: list[Any] | None) -> None:
+        """Every check the target makes before the first LM call."""
+
+    def shape(self, valset: list[Any]) -> TargetShape: ...
+
+    def lms(self) -> tuple[Any, ...]:
+        """The task's LMs and whatever holds them (``feed.reachable_lms`` roots): their calls are the run's."""
+
+    def adapter(self, settings: Settings, pool: WorkerPool, events: StepEvents) -> PooledAdapter: ...
