@@ -1,4 +1,4 @@
-"""Baseline: MLflow's own GEPA prompt optimizer (``mlflow.genai.optimize_prompts``) on a loopback LM.
+"""dspy-pxn's BatchedGepaPromptOptimizer against MLflow's own GEPA prompt optimizer, side by side, on a loopback LM.
 
 What it measures, per config and seed: the wall of one ``mlflow.genai.optimize_prompts(predict_fn=...,
 train_data=..., prompt_uris=[...], scorers=[...], optimizer=GepaPromptOptimizer(reflection_model=...,
@@ -30,11 +30,14 @@ budget, the server's task and reflection calls and peak concurrency, MLflow's in
 questions, answered instantly by the in-process simulated LM), the final template, and the store's size.
 A second optimizer is one more entry in ``CONFIGS`` (name -> factory of the optimizer object).
 
-    python benchmarks/bench_mlflow_prompts.py                        # 30 rows, T_e 0.2 s, T_r 0.8 s, B 300, 1 seed
-    python benchmarks/bench_mlflow_prompts.py --no-tracing --out benchmarks/results/mlflow_prompts_baseline_notrace.json
+    python benchmarks/bench_mlflow_prompts.py                        # both, 30 rows, T_e 0.2 s, T_r 0.8 s, B 300, 1 seed
+    python benchmarks/bench_mlflow_prompts.py --no-tracing --seeds 10 --out benchmarks/results/mlflow_prompts_notrace.json
+    python benchmarks/bench_mlflow_prompts.py --store server --seeds 3 --out benchmarks/results/mlflow_prompts_server.json
     python benchmarks/bench_mlflow_prompts.py --rows 6 --budget 20 --task-latency 0 --reflection-latency 0   # smoke
 
-Results go to benchmarks/results/mlflow_prompts_baseline.json unless ``--out`` says otherwise.
+Each optimizer runs at its defaults (only the class differs), both with MLflow's evaluation width
+(``MLFLOW_GENAI_EVAL_MAX_WORKERS``, 10) as the rows in flight. Results go to
+benchmarks/results/mlflow_prompts.json unless ``--out`` says otherwise.
 """
 
 from __future__ import annotations
@@ -80,8 +83,17 @@ def _mlflow_gepa(budget: int, reflection_model: str, seed: int) -> Any:
     return GepaPromptOptimizer(reflection_model=reflection_model, max_metric_calls=budget, gepa_kwargs={"seed": seed})
 
 
+def _batched(budget: int, reflection_model: str, seed: int) -> Any:
+    """dspy-pxn's BatchedGepaPromptOptimizer at its defaults: only the class changed."""
+    from dspy_pxn.tracking import BatchedGepaPromptOptimizer
+
+    return BatchedGepaPromptOptimizer(reflection_model=reflection_model, max_metric_calls=budget,
+                                      gepa_kwargs={"seed": seed})
+
+
 CONFIGS: dict[str, OptimizerFactory] = {
     "mlflow.GepaPromptOptimizer": _mlflow_gepa,
+    "BatchedGepaPromptOptimizer": _batched,
 }
 
 
@@ -141,19 +153,23 @@ def environment(**values: str) -> Iterator[None]:
 
 
 @contextmanager
-def tracking_store(directory: Path, tracing: bool) -> Iterator[str]:
+def tracking_store(directory: Path, tracing: bool, server: bool = False) -> Iterator[str]:
     """A fresh sqlite tracking and registry store with its artifacts in ``directory`` and an experiment set
-    (migrations run here, before the clock); tracing disabled for the block unless ``tracing``. The previous
+    (migrations run here, before the clock); tracing disabled for the block unless ``tracing``. ``server``: the
+    same sqlite store behind a real ``mlflow server`` on loopback (one worker), reached over HTTP. The previous
     URIs, experiment and tracing state are put back afterwards."""
     import mlflow
     from mlflow.environment_variables import MLFLOW_EXPERIMENT_ID
     from mlflow.tracking import fluent
 
+    from dspy_pxn.testing.mlflow_server import MlflowServer
+
     before = mlflow.get_tracking_uri(), mlflow.get_registry_uri(), fluent._active_experiment_id
-    uri = f"sqlite:///{directory / 'mlflow.db'}"
+    running = MlflowServer(str(directory)).start() if server else None
+    uri = running.uri if running is not None else f"sqlite:///{directory / 'mlflow.db'}"
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
-    artifacts = (directory / "artifacts").as_uri()
+    artifacts = None if running is not None else (directory / "artifacts").as_uri()
     experiment_id = mlflow.create_experiment("bench-mlflow-prompts", artifact_location=artifacts)
     mlflow.set_experiment(experiment_id=experiment_id)
     if not tracing:
@@ -161,6 +177,8 @@ def tracking_store(directory: Path, tracing: bool) -> Iterator[str]:
     try:
         yield uri
     finally:
+        if running is not None:
+            running.kill()
         if not tracing:
             mlflow.tracing.enable()
         mlflow.set_tracking_uri(before[0])
@@ -236,7 +254,7 @@ def run_one(config: str, args: argparse.Namespace, seed: int) -> dict[str, Any]:
           sim.LatencyServer(task_latency=args.task_latency, reflection_latency=args.reflection_latency,
                             landscape=args.landscape, latency="fixed", seed=seed) as server,
           environment(OPENAI_BASE_URL=server.base_url, OPENAI_API_BASE=server.base_url, OPENAI_API_KEY="sim"),
-          tracking_store(Path(tmp), tracing=not args.no_tracing)):
+          tracking_store(Path(tmp), tracing=not args.no_tracing, server=args.store == "server")):
         server.warm_up()
         registered = mlflow.genai.register_prompt(name=PROMPT_NAME, template=sim.seed_instruction())
         prompt = mlflow.genai.load_prompt(registered.uri)  # once, at setup, as MLflow's docs show
@@ -253,9 +271,13 @@ def run_one(config: str, args: argparse.Namespace, seed: int) -> dict[str, Any]:
         stored = store_size(Path(tmp))
     final = result.optimized_prompts[0].template
     optimize_s = marks["end"] - marks["start"]
-    floor = latency_floor_s(evaluations, stats["calls"]["reflection"], MLFLOW_GENAI_EVAL_MAX_WORKERS.get(), args)
+    workers = MLFLOW_GENAI_EVAL_MAX_WORKERS.get()
+    # MLflow's optimizer: its waits one after another. One that never calls eval_fn (it evaluates rows itself, on
+    # a pool of the same width): the runtime model's floor, its rows' waits spread over the pool, B*T_e/W.
+    floor = (latency_floor_s(evaluations, stats["calls"]["reflection"], workers, args) if evaluations
+             else (counter.calls - marks["calls_before"]) * args.task_latency / workers)
     return {
-        "config": config, "seed": seed, "tracing": not args.no_tracing, "wall_s": wall,
+        "config": config, "seed": seed, "tracing": not args.no_tracing, "store": args.store, "wall_s": wall,
         "optimize_s": optimize_s, "eval_s": sum(seconds for _, seconds in evaluations), "floor_s": floor,
         "x_floor": optimize_s / floor if floor > 0 else None, "evaluations": len(evaluations),
         "full_evaluations": sum(rows == args.rows for rows, _ in evaluations), "budget": args.budget,
@@ -305,7 +327,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for noisy in ("mlflow", "gepa", "dspy", "litellm", "LiteLLM", "alembic", "httpx"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--configs", default="mlflow.GepaPromptOptimizer",
+    parser.add_argument("--configs", default="BatchedGepaPromptOptimizer,mlflow.GepaPromptOptimizer",
                         help=f"comma-separated, of {', '.join(CONFIGS)}")
     parser.add_argument("--seeds", type=int, default=1, help="seeds 0 .. seeds-1 (data, gepa's seed)")
     parser.add_argument("--budget", type=int, default=300, help="max_metric_calls")
@@ -315,7 +337,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--reflection-latency", type=float, default=0.8, help="seconds per reflection call")
     parser.add_argument("--landscape", default="depth", help="the simulated model's character: depth | breadth")
     parser.add_argument("--no-tracing", action="store_true", help="mlflow.tracing.disable() for the run")
-    parser.add_argument("--out", default=str(RESULTS / "mlflow_prompts_baseline.json"))
+    parser.add_argument("--store", choices=["sqlite", "server"], default="sqlite",
+                        help="where runs and traces go: a sqlite file, or that file behind `mlflow server` (HTTP)")
+    parser.add_argument("--out", default=str(RESULTS / "mlflow_prompts.json"))
     args = parser.parse_args(argv)
     configs = [c.strip() for c in args.configs.split(",")]
     if unknown := [c for c in configs if c not in CONFIGS]:

@@ -72,8 +72,8 @@ class BatchedAdapter(PooledAdapter, DspyAdapter):
         # objective scores) into gepa's batch, failures scored failure_score. There is no public way.
         return self._make_evaluation_batch(outputs=outputs, raw_scores=list(raw_scores), trajectories=trajectories)
 
-    def to_evaluation_batch(self, batch: Sequence[Example], results: list[RolloutResult], capture: bool
-                            ) -> EvaluationBatch:
+    def to_evaluation_batch(self, candidate: dict[str, str], batch: Sequence[Example], results: list[RolloutResult],
+                            capture: bool) -> EvaluationBatch:
         trajectories = None
         if capture:
             trajectories = [

@@ -80,8 +80,12 @@ class PooledAdapter(StepListener):
     def check_first_evaluation(self, results: list[RolloutResult], examples: list[Any]) -> None:
         """Stop a run whose seed validation shows the task broken (raise), or let it go on."""
 
-    def to_evaluation_batch(self, batch: Sequence[Any], results: list[RolloutResult], capture: bool
-                            ) -> EvaluationBatch:
+    def run_tasks(self, tasks: list[Task]) -> list[RolloutResult]:
+        """Every task's result, in order: each one a pool task."""
+        return self.pool.map(self.rollouts, tasks)
+
+    def to_evaluation_batch(self, candidate: dict[str, str], batch: Sequence[Any], results: list[RolloutResult],
+                            capture: bool) -> EvaluationBatch:
         raise NotImplementedError
 
     def scores_only(self, raw_scores: Sequence[Any], trajectories: list | None = None) -> EvaluationBatch:
@@ -180,7 +184,7 @@ class PooledAdapter(StepListener):
             if runs
             for example in batch
         ]
-        results = self.pool.map(self.rollouts, tasks)
+        results = self.run_tasks(tasks)
         if not self._first_evaluation_checked:
             self._first_evaluation_checked = True
             self.check_first_evaluation(results, [example for _, example, _, _ in tasks])
@@ -188,13 +192,13 @@ class PooledAdapter(StepListener):
         scored = len(tasks)  # an example of a candidate that cannot run is scored too: failure_score
         remaining = iter(results)
         evaluations = []
-        for runs, (_, batch, capture) in zip(runnable, jobs, strict=True):
+        for runs, (candidate, batch, capture) in zip(runnable, jobs, strict=True):
             if not runs:
                 failures += len(batch)
                 scored += len(batch)
                 evaluations.append(self.scores_only([None] * len(batch), [] if capture else None))
                 continue
-            evaluations.append(self.to_evaluation_batch(batch, [next(remaining) for _ in batch], capture))
+            evaluations.append(self.to_evaluation_batch(candidate, batch, [next(remaining) for _ in batch], capture))
         self.events.evaluated(phase, time.perf_counter() - start, scored, failures)
         return evaluations
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,7 @@ from dspy_pxn.ledger.ledger import warn_if_answered_from_cache
 from dspy_pxn.pools import WorkerPool
 from dspy_pxn.result import BatchedGEPAResult
 from dspy_pxn.target import TargetShape
-from dspy_pxn.tracker import quietly
+from dspy_pxn.tracker import around_compile, quietly
 
 if TYPE_CHECKING:  # types only: the run imports targets, never the other way round
     from gepa.core.result import GEPAResult
@@ -73,6 +74,9 @@ class ProgramTarget:
         return TargetShape(name=type(self.student).__name__, components=len(self.student.named_predictors()),
                            task_lms=tuple(predictor_lms or [dspy.settings.lm]),
                            input_example=dict(valset[0].inputs().items()))
+
+    def around_search(self) -> AbstractContextManager[Any]:
+        return around_compile()
 
     def lms(self) -> tuple[Any, ...]:
         return dspy.settings.lm, self.student

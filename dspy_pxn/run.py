@@ -42,7 +42,7 @@ from dspy_pxn.pools import ThreadWorkerPool, WorkerPool
 from dspy_pxn.records import StepLog, StepRecorder
 from dspy_pxn.settings import Settings
 from dspy_pxn.target import Target
-from dspy_pxn.tracker import TrackedRun, around_compile, effective_tracker, quietly, start_tracked_run
+from dspy_pxn.tracker import TrackedRun, effective_tracker, quietly, start_tracked_run
 from dspy_pxn.width import AUTO, auto_parents
 
 logger = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ class Run:
         stack = ExitStack()
         tracked_run: TrackedRun | None = None
         try:
-            stack.enter_context(around_compile())
+            stack.enter_context(self.target.around_search())
             ledger, pace = RunLedger(self.prices, earlier_usd=self.earlier_usd, stop=self.guard.stop), RunPace()
             caps = (RunCaps(ledger, settings.max_cost_usd, settings.max_reflection_cost_usd, settings.max_wall_s, pace)
                     if self.description.caps else None)

@@ -11,6 +11,7 @@ DSPy program, as ``BatchedGEPA.compile`` optimizes it; MLflow prompt templates a
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -45,6 +46,10 @@ class Target(Protocol):
         """Every check the target makes before the first LM call."""
 
     def shape(self, valset: list[Any]) -> TargetShape: ...
+
+    def around_search(self) -> AbstractContextManager[Any]:
+        """Entered for the whole search (a DSPy compile: the tooling's ``around_compile``, e.g. no trace per
+        rollout under ``mlflow.dspy.autolog``)."""
 
     def lms(self) -> tuple[Any, ...]:
         """The task's LMs and whatever holds them (``feed.reachable_lms`` roots): their calls are the run's."""

@@ -174,6 +174,8 @@ def test_unused_prompts_are_reported_and_warned_about(qa: dict[str, Any], caplog
     assert "['elsewhere']" in caplog.text and "not used during evaluation" in caplog.text
 
 
+@pytest.mark.skipif(not hasattr(__import__("mlflow.genai.optimize.optimize", fromlist=["x"]), "_deserialize_chat_template"),
+                    reason="this MLflow optimizes text prompts only (its eval_fn cannot run a chat prompt)")
 def test_chat_prompts_keep_their_list_of_messages_shape(store: None) -> None:
     chat = mlflow.genai.register_prompt(name="chat", template=[{"role": "user", "content": "seed {{question}}"}])
     loaded = mlflow.genai.load_prompt(chat.uri)

@@ -23,7 +23,19 @@ from dspy_pxn.tracking.sweep import sweep
 register_argument_tracker(MlflowTracker.from_arguments)
 register_around_compile(no_compile_traces)  # under mlflow.dspy.autolog(): no trace per rollout
 
+
+
+def __getattr__(name: str) -> object:
+    """``BatchedGepaPromptOptimizer`` on first use: it subclasses MLflow's GenAI optimizer base, whose import
+    (``mlflow.genai``) a DSPy-only user never pays for."""
+    if name == "BatchedGepaPromptOptimizer":
+        from dspy_pxn.tracking.mlflow_prompts.optimizer import BatchedGepaPromptOptimizer
+
+        return BatchedGepaPromptOptimizer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
-    "BEST_RUN_TAG", "CONFIG_TAG", "KIND_TAG", "MODEL_TAG", "PARENT_TAG", "SWEEP_TAG", "ImportedRun", "MlflowRun",
+    "BatchedGepaPromptOptimizer", "BEST_RUN_TAG", "CONFIG_TAG", "KIND_TAG", "MODEL_TAG", "PARENT_TAG", "SWEEP_TAG", "ImportedRun", "MlflowRun",
     "MlflowTracker", "Sweep", "current_sweep", "import_step_log", "sweep",
 ]

@@ -14,6 +14,7 @@ caller falls back to MLflow's own ``eval_fn``, one candidate at a time (``serial
 from __future__ import annotations
 
 import contextvars
+import inspect
 import json
 import logging
 import threading
@@ -48,6 +49,11 @@ def mlflow_internals() -> dict[str, str]:
         "mlflow.pyfunc.set_prediction_context / mlflow.pyfunc.Context": "Context(request_id=, is_evaluate=True) makes "
         "the row's trace synchronous and findable by its request id",
         "mlflow.get_trace": "get_trace(request_id, silent=True) -> the row's Trace, or None (tracing off)",
+        "mlflow.tracing.provider.is_tracing_enabled": "False when tracing is off (no row trace to fetch)",
+        "mlflow.metrics.genai.model_utils._parse_model_uri": "'<provider>:/<model>' -> (provider, model), as MLflow's "
+        "GEPA optimizer reads reflection_model",
+        "mlflow.genai.optimize.optimizers.base.BasePromptOptimizer": "optimize(eval_fn, train_data, target_prompts, "
+        "enable_tracking) -> PromptOptimizerOutput; optimize_prompts registers the optimized templates",
         "mlflow.models.evaluation.utils.trace.configure_autologging_for_evaluation": "process-wide, "
         "entered once (enable_tracing=True) around the whole optimization",
         "mlflow.genai.optimize.types.EvaluationResultRecord": "a dataclass with fields " + ", ".join(_RECORD_FIELDS),
@@ -131,7 +137,9 @@ def template_override() -> Iterator[None]:
 
 
 def _closure_cells(eval_fn: Callable[..., Any]) -> dict[str, Any]:
-    """``predict_fn`` and ``metric_fn`` out of MLflow's eval_fn closure (raises MlflowInternalsChanged)."""
+    """``predict_fn`` and ``metric_fn`` out of MLflow's eval_fn closure (raises MlflowInternalsChanged); an eval_fn
+    wrapped with ``functools.wraps`` (a timer, a logger) is read through to MLflow's own."""
+    eval_fn = inspect.unwrap(eval_fn)
     code, closure = getattr(eval_fn, "__code__", None), getattr(eval_fn, "__closure__", None) or ()
     names = code.co_freevars if code is not None else ()
     missing = [name for name in CLOSURE_CELLS if name not in names]
@@ -167,12 +175,14 @@ class ConcurrentEvaluation:
         (default ``MLFLOW_GENAI_EVAL_MAX_WORKERS``), shared by every ``evaluate`` call inside."""
         from mlflow.environment_variables import MLFLOW_GENAI_EVAL_MAX_WORKERS
         from mlflow.models.evaluation.utils.trace import configure_autologging_for_evaluation
+        from mlflow.tracing.provider import is_tracing_enabled
 
         if self._executor is not None:
             raise RuntimeError("ConcurrentEvaluation.installed() is already active")
         with ExitStack() as stack:
             stack.enter_context(template_override())
-            stack.enter_context(configure_autologging_for_evaluation(enable_tracing=True))
+            if is_tracing_enabled():  # with tracing off, MLflow's autologging would only add callbacks to every row
+                stack.enter_context(configure_autologging_for_evaluation(enable_tracing=True))
             self._executor = stack.enter_context(ThreadPoolExecutor(
                 max_workers=self.max_workers or MLFLOW_GENAI_EVAL_MAX_WORKERS.get(),
                 thread_name_prefix="PxnPromptEvaluation"))
@@ -200,7 +210,7 @@ class ConcurrentEvaluation:
             futures = [executor.submit(contextvars.copy_context().run, self._run_row, row) for row in rows]
         finally:
             _CANDIDATE.reset(token)
-        results = [future.result() for future in futures]
+        results = [future.result().record for future in futures]
         if unused := set(candidate) - active.used:
             _logger.warning(
                 "The following prompts were not used during evaluation: %s. This may indicate that predict_fn is "
@@ -208,28 +218,56 @@ class ConcurrentEvaluation:
                 "Please verify that your predict_fn uses all prompts specified in prompt_uris.", sorted(unused))
         return results, set(active.used)
 
-    def _run_row(self, record: dict[str, Any]) -> Any:
-        """One row, as MLflow's ``_run_single``: predict under a prediction context, fetch the trace, score."""
+    def evaluate_row(self, candidate: dict[str, str], row: dict[str, Any]) -> RowOutcome:
+        """One row under ``candidate``, in the calling thread (a pool worker of the engine): the candidate is
+        this context's only while the row runs. Inside ``installed()``."""
+        active = _Candidate(dict(candidate))
+        token = _CANDIDATE.set(active)
+        try:
+            outcome = self._run_row(row)
+        finally:
+            _CANDIDATE.reset(token)
+        outcome.used = set(active.used)
+        return outcome
+
+    def _run_row(self, record: dict[str, Any]) -> RowOutcome:
+        """One row, as MLflow's ``_run_single``: predict under a prediction context, fetch the trace, score.
+        A predict_fn that raises is scored on MLflow's failure message, as MLflow does; its error is kept."""
         import mlflow
         from mlflow.genai.optimize.types import EvaluationResultRecord
         from mlflow.pyfunc import Context, set_prediction_context
+        from mlflow.tracing.provider import is_tracing_enabled
 
         inputs = record["inputs"]
         expectations = record.get("expectations") or {"expected_response": record.get("outputs")}
         request_id = str(uuid.uuid4())
+        error = None
         with set_prediction_context(Context(request_id=request_id, is_evaluate=True)):
             try:
                 outputs = self.predict_fn(inputs)
             except Exception as e:  # noqa: BLE001 - MLflow scores the failure message as the output
                 outputs = f"Failed to invoke the predict_fn with {inputs}: {e}"
-        trace = mlflow.get_trace(request_id, silent=True)
+                error = e
+        # With tracing off there is no trace to find; MLflow's own eval_fn asks the store anyway (a query per row).
+        trace = mlflow.get_trace(request_id, silent=True) if is_tracing_enabled() else None
         if self.metric_fn is not None:
             score, rationales, individual_scores = self.metric_fn(
                 inputs=inputs, outputs=outputs, expectations=expectations, trace=trace)
         else:
             score, rationales, individual_scores = None, {}, {}
-        return EvaluationResultRecord(inputs=inputs, outputs=outputs, expectations=expectations, score=score,
-                                      trace=trace, rationales=rationales, individual_scores=individual_scores)
+        return RowOutcome(EvaluationResultRecord(
+            inputs=inputs, outputs=outputs, expectations=expectations, score=score, trace=trace,
+            rationales=rationales, individual_scores=individual_scores), error)
+
+
+@dataclass
+class RowOutcome:
+    """One row's ``EvaluationResultRecord``, the predict_fn's own exception (None when it answered) and the
+    names of the candidate's prompts it read."""
+
+    record: Any
+    predict_error: BaseException | None
+    used: set[str] = field(default_factory=set)
 
 
 def _check_imports() -> None:
@@ -242,6 +280,7 @@ def _check_imports() -> None:
     from mlflow.models.evaluation.utils.trace import configure_autologging_for_evaluation  # noqa: F401
     from mlflow.prompt.constants import PROMPT_TEXT_TAG_KEY  # noqa: F401
     from mlflow.pyfunc import Context, set_prediction_context  # noqa: F401
+    from mlflow.tracing.provider import is_tracing_enabled  # noqa: F401
 
     Context(request_id="x", is_evaluate=True)
     if not callable(mlflow.get_trace):
