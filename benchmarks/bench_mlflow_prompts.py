@@ -322,6 +322,18 @@ def print_rows(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
         print(f"\nfinal template, {r['config']} seed {r['seed']}:\n{r['final_template']}")
 
 
+def import_autolog_integrations() -> None:
+    """MLflow imports its autolog integrations lazily under a lock of its own, which a background thread of its
+    prompt registry (``link_prompt_to_experiment``) can take in the other order: with a tracking server the two
+    deadlocked here at the start of an ``optimize_prompts`` call (MLflow 3.17.2). Imported once, up front, on one
+    thread, before any clock starts."""
+    import mlflow.utils.databricks_utils  # noqa: F401
+    from mlflow.models.evaluation.utils.trace import configure_autologging_for_evaluation
+
+    with configure_autologging_for_evaluation(enable_tracing=True):
+        pass
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     logging.basicConfig(level=logging.WARNING)
     for noisy in ("mlflow", "gepa", "dspy", "litellm", "LiteLLM", "alembic", "httpx"):
@@ -347,6 +359,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     from mlflow.environment_variables import MLFLOW_GENAI_EVAL_MAX_WORKERS
 
+    import_autolog_integrations()
     rows = [run_one(config, args, seed) for seed in range(args.seeds) for config in configs]
     print_rows(rows, args)
     report = {

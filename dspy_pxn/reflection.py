@@ -42,10 +42,15 @@ FEEDBACK_KEY = "feedback"
 
 
 def feedback_text(reflective_dataset: Any, component: str) -> str:
-    """The feedback lines a rewrite of ``component`` was made from (its reflective dataset's 'Feedback')."""
+    """The feedback lines a rewrite of ``component`` was made from: a DSPy reflective dataset's 'Feedback', or
+    the scorers' rationales of an MLflow prompt's (``rationales``: scorer -> text)."""
     lines = []
     for item in (reflective_dataset or {}).get(component, []) or []:
-        feedback = item.get("Feedback") if hasattr(item, "get") else None
+        if not hasattr(item, "get"):
+            continue
+        feedback = item.get("Feedback")
+        if not feedback and isinstance(item.get("rationales"), dict):
+            feedback = " ".join(str(text) for text in item["rationales"].values() if text)
         if feedback:
             lines.append(f"- {feedback}")
     return "\n".join(lines)

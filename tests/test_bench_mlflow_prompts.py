@@ -34,8 +34,8 @@ def test_main_counts_calls_and_writes_json(tmp_path: Path, tracing: bool) -> Non
     bench = load_bench()
     before = mlflow.get_tracking_uri()
     out = tmp_path / "bench.json"
-    argv = ["--rows", "6", "--budget", "20", "--task-latency", "0", "--reflection-latency", "0", "--test", "10",
-            "--out", str(out)]
+    argv = ["--configs", "mlflow.GepaPromptOptimizer", "--rows", "6", "--budget", "20", "--task-latency", "0",
+            "--reflection-latency", "0", "--test", "10", "--out", str(out)]
     report = bench.main(argv + ([] if tracing else ["--no-tracing"]))
 
     assert json.loads(out.read_text()) == json.loads(json.dumps(report))
@@ -57,3 +57,18 @@ def test_main_counts_calls_and_writes_json(tmp_path: Path, tracing: bool) -> Non
 def test_unknown_config_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         load_bench().main(["--configs", "nope", "--out", str(tmp_path / "x.json")])
+
+
+def test_both_optimizers_side_by_side_ours_within_budget(tmp_path: Path) -> None:
+    """The default run: BatchedGepaPromptOptimizer and MLflow's, same data, budget and server; ours never spends
+    past the budget, and its floor is the runtime model's (its rows' waits over MLflow's evaluation width)."""
+    bench = load_bench()
+    report = bench.main(["--rows", "6", "--budget", "40", "--task-latency", "0.01", "--reflection-latency", "0",
+                         "--test", "10", "--no-tracing", "--out", str(tmp_path / "both.json")])
+    ours, theirs = report["rows"]
+    assert (ours["config"], theirs["config"]) == ("BatchedGepaPromptOptimizer", "mlflow.GepaPromptOptimizer")
+    assert 6 <= ours["predict_calls"] <= 40
+    assert ours["server_task_calls"] == ours["predict_calls"] + ours["predict_calls_setup"]
+    assert ours["floor_s"] == pytest.approx(ours["predict_calls"] * 0.01 / 10)
+    assert 0.0 <= ours["initial_score"] <= ours["final_score"] <= 1.0
+    assert ours["store"] == "sqlite" and not ours["tracing"]

@@ -91,3 +91,14 @@ def test_all_reflections_of_a_step_run_concurrently(splits):
     assert stats["calls"]["reflection"] >= sum(widths) - sum(s.reflection_failures for s in result.steps)
     # The 4 reflections of a step overlap: the model saw 4 calls in flight at once.
     assert stats["max_in_flight"]["reflection"] == 4 == max(widths)
+
+
+def test_feedback_text_reads_dspy_feedback_and_mlflow_rationales():
+    """The sibling merge shows each rewrite's feedback: DSPy's reflective datasets say 'Feedback', MLflow prompt
+    rows carry the scorers' rationales."""
+    from dspy_pxn.reflection import feedback_text
+
+    dataset = {"qa": [{"Feedback": "name the unit"}, {"rationales": {"correct": "frim is 2x+7", "tone": None}},
+                      {"rationales": {}}, "not a row"]}
+    assert feedback_text(dataset, "qa") == "- name the unit\n- frim is 2x+7"
+    assert feedback_text(dataset, "other") == ""

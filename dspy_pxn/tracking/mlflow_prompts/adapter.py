@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import dspy
@@ -46,13 +47,15 @@ def first_text(reply: Any) -> str:
 class PromptRollouts:
     """The pool's rollout function: one row under one candidate, scored; never raises."""
 
-    def __init__(self, evaluation: ConcurrentEvaluation, failure_score: float):
+    def __init__(self, evaluation: ConcurrentEvaluation, failure_score: float, callbacks: list[Any] | None = None):
         self.evaluation, self.failure_score = evaluation, failure_score
+        self.callbacks = callbacks  # DSPy's callbacks for a row (MLflow's autologging among them); None: as they are
 
     def __call__(self, task: Task) -> RolloutResult:
         candidate, row, _, _ = task
         try:
-            outcome = self.evaluation.evaluate_row(candidate, row)
+            with dspy.context(callbacks=self.callbacks) if self.callbacks is not None else nullcontext():
+                outcome = self.evaluation.evaluate_row(candidate, row)
         except Exception as error:  # noqa: BLE001 - a scorer that raises scores the row as a failure
             checks.warn_once_per_metric(self.evaluation, "raised", "A scorer raised on a row (inputs %s); scoring "
                                         "it %s: %s: %s", row.get("inputs"), self.failure_score,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dspy_pxn.records import StepRecord
-from dspy_pxn.tracking.mlflow_io import BackgroundWriter, MlflowMirror, step_metrics
+from dspy_pxn.tracking.mlflow_io import BackgroundWriter, MlflowMirror
 
 logger = logging.getLogger(__name__)
 

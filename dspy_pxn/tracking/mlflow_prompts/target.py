@@ -9,9 +9,12 @@ search returns MLflow's ``PromptOptimizerOutput``.
 from __future__ import annotations
 
 import logging
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import dspy
 
 from dspy_pxn import checks
 from dspy_pxn.events import StepEvents
@@ -43,6 +46,7 @@ class PromptTarget:
     code_components: tuple[str, ...] = ()
     details: dict[str, Any] = field(default_factory=dict)  # the last run's measurements (``result``)
     val_size: int = 0  # the validation rows (the training rows): set by ``datasets``
+    row_callbacks: list[Any] = field(default_factory=list)  # DSPy's callbacks as the search began (``around_search``)
 
     def datasets(self, trainset: Any, valset: Any, testset: Any) -> tuple[list[Any], list[Any], None]:
         rows = list(trainset or [])
@@ -64,19 +68,28 @@ class PromptTarget:
         return TargetShape(name="mlflow prompts", components=len(self.seed_candidate), task_lms=(),
                            input_example=dict(inputs) if isinstance(inputs, dict) else {"inputs": inputs})
 
-    def around_search(self) -> AbstractContextManager[Any]:
-        return nullcontext()  # rows are traced, as MLflow's evaluation traces them: reflection reads the spans
+    @contextmanager
+    def around_search(self) -> Iterator[None]:
+        """Rows are traced, as MLflow's evaluation traces them (reflection reads their spans); the search's own
+        LM calls (reflections, sibling merges) are not, as MLflow's GEPA optimizer's reflections (litellm, not
+        DSPy) are not: MLflow's DSPy autologging callback is left out of the search's context, and each row
+        puts it back (``PromptRollouts``)."""
+        callbacks = list(dspy.settings.get("callbacks") or [])
+        self.row_callbacks = callbacks
+        with dspy.context(callbacks=[c for c in callbacks if not type(c).__module__.startswith("mlflow.")]):
+            yield
 
     def lms(self) -> tuple[Any, ...]:
         return ()  # predict_fn's LMs are the user's; the run hears the reflection LM only
 
     def adapter(self, settings: Settings, pool: WorkerPool, events: StepEvents) -> PromptAdapter:
-        options = dict(val_size=self.val_size, failure_score=settings.failure_score, pool=pool, events=events,
-                       reflection_prompt_template=self.reflection_prompt_template,
-                       on_validated=self.run_log.validated if self.run_log is not None else None)
+        options: dict[str, Any] = {
+            "val_size": self.val_size, "failure_score": settings.failure_score, "pool": pool, "events": events,
+            "reflection_prompt_template": self.reflection_prompt_template,
+            "on_validated": self.run_log.validated if self.run_log is not None else None}
         if self.evaluation is None:
             return SerialPromptAdapter(self.eval_fn, **options)
-        return PromptAdapter(PromptRollouts(self.evaluation, settings.failure_score), **options)
+        return PromptAdapter(PromptRollouts(self.evaluation, settings.failure_score, self.row_callbacks), **options)
 
     def result(self, run: Run, gepa_result: GEPAResult, live: Live, stopped_by: str) -> Any:
         """MLflow's ``PromptOptimizerOutput``: the best candidate, the seed's and the best's scores (per scorer
