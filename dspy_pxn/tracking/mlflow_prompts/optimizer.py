@@ -56,7 +56,7 @@ class BatchedGepaPromptOptimizer(_base()):  # type: ignore[misc]
         reflection_model: The reflection LM, as MLflow takes it (``"<provider>:/<model>"``, e.g.
             ``"openai:/gpt-5-mini"``), or a ``dspy.LM``.
         max_metric_calls: The budget: rows evaluated (each one predict_fn call and one scoring), never exceeded.
-        display_progress_bar: Accepted as MLflow's optimizer accepts it (progress goes to the log).
+        display_progress_bar: gepa's progress bar, where gepa's step loop runs (``schedule="steps"``).
         gepa_kwargs: gepa.optimize's arguments, as for MLflow's optimizer: ``seed``, ``reflection_minibatch_size``,
             ``candidate_selection_strategy``, ``use_merge``, ``max_merge_invocations``, ``skip_perfect_score``,
             ``perfect_score``, ``module_selector`` and ``reflection_prompt_template`` keep their meaning; gepa's
@@ -87,8 +87,9 @@ class BatchedGepaPromptOptimizer(_base()):  # type: ignore[misc]
         rest = dict(self.gepa_kwargs)
         ours = {GEPA_TO_OURS[key]: rest.pop(key) for key in list(rest) if key in GEPA_TO_OURS}
         self.reflection_prompt_template = rest.pop("reflection_prompt_template", None)
-        for key in ("max_metric_calls", "display_progress_bar", "use_mlflow", "reflection_lm"):
+        for key in ("max_metric_calls", "use_mlflow", "reflection_lm"):
             rest.pop(key, None)  # the optimizer's own arguments, or MLflow's
+        rest["display_progress_bar"] = display_progress_bar  # gepa's bar, in gepa's step loop
         if max_reflection_cost_usd is not None:
             rest["max_reflection_cost"] = max_reflection_cost_usd
         self._optimizer_args = dict(p=p, n=n, schedule=schedule, selection=selection, max_wall_s=max_wall_s, **ours)
