@@ -123,20 +123,6 @@ def make_predict_fn(prompt: Any, task_lm: dspy.BaseLM, counter: CallCounter) -> 
     return predict_fn
 
 
-def make_scorer() -> Any:
-    """The task's metric as an MLflow scorer: its score, and its feedback as the rationale gepa reflects on."""
-    from mlflow.entities import Feedback
-    from mlflow.genai.scorers import scorer
-
-    @scorer(name="rule_match")
-    def rule_match(inputs: dict[str, Any], outputs: Any, expectations: dict[str, Any]) -> Feedback:
-        gold = dspy.Example(question=inputs["question"], answer=expectations["expected_response"])
-        verdict = sim.metric(gold, dspy.Prediction(answer=outputs))
-        return Feedback(value=verdict.score, rationale=verdict.feedback)
-
-    return rule_match
-
-
 @contextmanager
 def environment(**values: str) -> Iterator[None]:
     """Set environment variables for the block, then put back what was there."""
@@ -264,7 +250,7 @@ def run_one(config: str, args: argparse.Namespace, seed: int) -> dict[str, Any]:
         server.reset_stats()
         start = time.perf_counter()
         result = mlflow.genai.optimize_prompts(predict_fn=predict_fn, train_data=train_data,
-                                               prompt_uris=[registered.uri], scorers=[make_scorer()],
+                                               prompt_uris=[registered.uri], scorers=[sim.mlflow_scorer()],
                                                optimizer=optimizer)
         wall = time.perf_counter() - start
         stats = server.stats()

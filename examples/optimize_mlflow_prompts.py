@@ -37,20 +37,6 @@ def make_predict_fn(prompt: Any, task_lm: dspy.BaseLM):
     return predict_fn
 
 
-def make_scorer():
-    """The task's metric as an MLflow scorer: a score, and a rationale the reflection reads."""
-    from mlflow.entities import Feedback
-    from mlflow.genai.scorers import scorer
-
-    @scorer(name="rule_match")
-    def rule_match(inputs: dict[str, Any], outputs: Any, expectations: dict[str, Any]) -> Feedback:
-        gold = dspy.Example(question=inputs["question"], answer=expectations["expected_response"])
-        verdict = sim.metric(gold, dspy.Prediction(answer=outputs))
-        return Feedback(value=verdict.score, rationale=verdict.feedback)
-
-    return rule_match
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=int, default=300, help="max_metric_calls: rows evaluated, never exceeded")
@@ -91,7 +77,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for name, optimizer in optimizers.items():
             start = time.perf_counter()
             result = mlflow.genai.optimize_prompts(predict_fn=predict_fn, train_data=train_data,
-                                                   prompt_uris=[registered.uri], scorers=[make_scorer()],
+                                                   prompt_uris=[registered.uri], scorers=[sim.mlflow_scorer()],
                                                    optimizer=optimizer)
             wall = time.perf_counter() - start
             (version,) = result.optimized_prompts

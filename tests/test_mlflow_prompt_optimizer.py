@@ -10,6 +10,7 @@ import statistics
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import dspy
@@ -46,13 +47,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     mlflow.set_registry_uri(before[1])
 
 
-@scorer(name="rule_match")
-def rule_match(inputs: dict[str, Any], outputs: Any, expectations: dict[str, Any]) -> Any:
-    from mlflow.entities import Feedback
-
-    gold = dspy.Example(question=inputs["question"], answer=expectations["expected_response"])
-    verdict = sim.metric(gold, dspy.Prediction(answer=outputs))
-    return Feedback(value=verdict.score, rationale=verdict.feedback)
+rule_match = sim.mlflow_scorer()
 
 
 @scorer(name="short")
@@ -146,8 +141,8 @@ def test_candidates_and_steps_are_logged_as_mlflows_gepa_logs_them(store: str) -
     files = {a.path for a in client.list_artifacts(result.run_id, "prompt_candidates/iteration_0")}
     assert {f"prompt_candidates/iteration_0/{f}" for f in ("eval_results.json", "scores.json", "logged.txt")} <= files
     seed_dir = client.download_artifacts(result.run_id, "prompt_candidates/iteration_0")
-    assert open(f"{seed_dir}/logged.txt").read() == sim.seed_instruction()
-    scores = json.load(open(f"{seed_dir}/scores.json"))
+    assert Path(seed_dir, "logged.txt").read_text() == sim.seed_instruction()
+    scores = json.loads(Path(seed_dir, "scores.json").read_text())
     assert scores["aggregate"] == pytest.approx(result.initial_eval_score)
     history = client.get_metric_history(result.run_id, "eval_score")
     assert len(history) == len(listed) >= 2  # one per validated candidate, step k = iteration k

@@ -27,6 +27,7 @@ from dspy_pxn.testing.task import (
     make_examples,
     make_splits,
     metric,
+    mlflow_scorer,
     score,
     seed_instruction,
     seed_program,
@@ -35,6 +36,6 @@ from dspy_pxn.testing.wire import CallStats, chat_completion_body, estimate_toke
 
 __all__ = [
     "BREADTH", "CAPACITY", "DEFAULT_REFLECTION_ERROR_RATE", "DEPTH", "RULES", "RULES_BY_NAME", "CallStats", "Landscape",
-    "LatencyServer", "Rule", "SimulatedLM", "Split", "chat_completion_body", "estimate_tokens", "make_examples", "make_splits", "metric",
+    "LatencyServer", "Rule", "SimulatedLM", "Split", "chat_completion_body", "estimate_tokens", "make_examples", "make_splits", "metric", "mlflow_scorer",
     "respond", "score", "seed_instruction", "seed_program",
 ]

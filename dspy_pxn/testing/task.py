@@ -191,6 +191,22 @@ def metric(gold, pred, trace=None, pred_name=None, pred_trace=None) -> dspy.Pred
     return dspy.Prediction(score=0.0, feedback=feedback)
 
 
+
+def mlflow_scorer() -> Any:
+    """The task's metric as an MLflow GenAI scorer (``rule_match``), for ``mlflow.genai.optimize_prompts``: its
+    score, and its feedback as the rationale a reflection reads. Rows carry the answer as
+    ``expectations["expected_response"]`` (MLflow's name for a row's ``outputs``). Needs mlflow."""
+    from mlflow.entities import Feedback
+    from mlflow.genai.scorers import scorer
+
+    @scorer(name="rule_match")
+    def rule_match(inputs: dict[str, Any], outputs: Any, expectations: dict[str, Any]) -> Feedback:
+        gold = dspy.Example(question=inputs["question"], answer=expectations["expected_response"])
+        verdict = metric(gold, dspy.Prediction(answer=outputs))
+        return Feedback(value=verdict.score, rationale=verdict.feedback)
+
+    return rule_match
+
 def score(gold, pred, trace=None) -> float:
     """The metric's score alone, for dspy.Evaluate on held-out data."""
     return metric(gold, pred).score
