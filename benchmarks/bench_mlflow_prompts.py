@@ -142,38 +142,30 @@ def environment(**values: str) -> Iterator[None]:
 def tracking_store(directory: Path, tracing: bool, server: bool = False) -> Iterator[str]:
     """A fresh sqlite tracking and registry store with its artifacts in ``directory`` and an experiment set
     (migrations run here, before the clock); tracing disabled for the block unless ``tracing``. ``server``: the
-    same sqlite store behind a real ``mlflow server`` on loopback (one worker), reached over HTTP. The previous
-    URIs, experiment and tracing state are put back afterwards."""
+    same sqlite store behind a real ``mlflow server`` on loopback (one worker), reached over HTTP. MLflow's
+    URIs, experiment and tracing state are put back afterwards (``mlflow_state_restored``)."""
     import mlflow
-    from mlflow.environment_variables import MLFLOW_EXPERIMENT_ID
-    from mlflow.tracking import fluent
 
     from dspy_pxn.testing.mlflow_server import MlflowServer
+    from dspy_pxn.testing.mlflow_state import mlflow_state_restored
 
-    before = mlflow.get_tracking_uri(), mlflow.get_registry_uri(), fluent._active_experiment_id
-    running = MlflowServer(str(directory)).start() if server else None
-    uri = running.uri if running is not None else f"sqlite:///{directory / 'mlflow.db'}"
-    mlflow.set_tracking_uri(uri)
-    mlflow.set_registry_uri(uri)
-    artifacts = None if running is not None else (directory / "artifacts").as_uri()
-    experiment_id = mlflow.create_experiment("bench-mlflow-prompts", artifact_location=artifacts)
-    mlflow.set_experiment(experiment_id=experiment_id)
-    if not tracing:
-        mlflow.tracing.disable()
-    try:
-        yield uri
-    finally:
-        if running is not None:
-            running.kill()
+    with mlflow_state_restored():
+        running = MlflowServer(str(directory)).start() if server else None
+        uri = running.uri if running is not None else f"sqlite:///{directory / 'mlflow.db'}"
+        mlflow.set_tracking_uri(uri)
+        mlflow.set_registry_uri(uri)
+        artifacts = None if running is not None else (directory / "artifacts").as_uri()
+        experiment_id = mlflow.create_experiment("bench-mlflow-prompts", artifact_location=artifacts)
+        mlflow.set_experiment(experiment_id=experiment_id)
         if not tracing:
-            mlflow.tracing.enable()
-        mlflow.set_tracking_uri(before[0])
-        mlflow.set_registry_uri(before[1])
-        fluent._active_experiment_id = before[2]
-        if before[2] is None:
-            MLFLOW_EXPERIMENT_ID.unset()
-        else:
-            MLFLOW_EXPERIMENT_ID.set(before[2])
+            mlflow.tracing.disable()
+        try:
+            yield uri
+        finally:
+            if running is not None:
+                running.kill()
+            if not tracing:
+                mlflow.tracing.enable()
 
 
 def instrument(optimizer: Any, counter: CallCounter, marks: dict[str, float]) -> list[tuple[int, float]]:

@@ -82,16 +82,14 @@ def test_compare_runs_reads_the_sweep(sweep_store, tmp_path, capsys):
 
 
 def test_optimize_mlflow_prompts(capsys, monkeypatch):
-    mlflow = pytest.importorskip("mlflow")
+    pytest.importorskip("mlflow")
     for name in ("OPENAI_BASE_URL", "OPENAI_API_BASE", "OPENAI_API_KEY"):  # the example sets them: put back after
         monkeypatch.setenv(name, "unused")
-    before = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
-    try:
+    from dspy_pxn.testing.mlflow_state import mlflow_state_restored
+
+    with mlflow_state_restored():
         report = load_example("optimize_mlflow_prompts").main(["--budget", "40", "--rows", "6",
                                                                "--task-latency", "0.01"])
-    finally:
-        mlflow.set_tracking_uri(before[0])
-        mlflow.set_registry_uri(before[1])
     ours = report["BatchedGepaPromptOptimizer"]
     assert ours["metric_calls"] <= 40 and ours["final"] >= ours["initial"]
     assert ours["uri"].startswith("prompts:/rule_arithmetic/")

@@ -20,6 +20,7 @@ from mlflow.genai.optimize.util import create_metric_from_scorers
 from mlflow.genai.scorers import scorer
 from mlflow.genai.utils.trace_utils import convert_predict_fn
 
+from dspy_pxn.testing.mlflow_state import mlflow_state_restored
 from dspy_pxn.tracking.mlflow_prompts import (
     ConcurrentEvaluation,
     mlflow_internals,
@@ -46,13 +47,11 @@ def brevity(outputs: str) -> float:
 def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """One sqlite tracking + registry store for the module (its migrations take seconds), traces kept in it."""
     path = tmp_path_factory.mktemp("mlflow")
-    before = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
-    mlflow.set_tracking_uri(f"sqlite:///{path}/m.db")
-    mlflow.set_registry_uri(f"sqlite:///{path}/m.db")
-    mlflow.set_experiment("prompt-evaluation")
-    yield
-    mlflow.set_tracking_uri(before[0])
-    mlflow.set_registry_uri(before[1])
+    with mlflow_state_restored():
+        mlflow.set_tracking_uri(f"sqlite:///{path}/m.db")
+        mlflow.set_registry_uri(f"sqlite:///{path}/m.db")
+        mlflow.set_experiment("prompt-evaluation")
+        yield
 
 
 @pytest.fixture(scope="module")

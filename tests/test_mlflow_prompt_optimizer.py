@@ -26,6 +26,7 @@ from mlflow.genai.utils.trace_utils import convert_predict_fn
 from dspy_pxn import checks
 from dspy_pxn import testing as sim
 from dspy_pxn.pools import ThreadWorkerPool
+from dspy_pxn.testing.mlflow_state import mlflow_state_restored
 from dspy_pxn.tracking import BatchedGepaPromptOptimizer
 from dspy_pxn.tracking.mlflow_prompts.adapter import PromptAdapter, PromptRollouts
 from dspy_pxn.tracking.mlflow_prompts.evaluation import ConcurrentEvaluation
@@ -37,14 +38,12 @@ SIGNATURE = dspy.Signature("question -> answer")
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     path = tmp_path_factory.mktemp("mlflow")
-    before = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
     uri = f"sqlite:///{path}/m.db"
-    mlflow.set_tracking_uri(uri)
-    mlflow.set_registry_uri(uri)
-    mlflow.set_experiment("prompt-optimizer")
-    yield uri
-    mlflow.set_tracking_uri(before[0])
-    mlflow.set_registry_uri(before[1])
+    with mlflow_state_restored():
+        mlflow.set_tracking_uri(uri)
+        mlflow.set_registry_uri(uri)
+        mlflow.set_experiment("prompt-optimizer")
+        yield uri
 
 
 rule_match = sim.mlflow_scorer()
@@ -239,3 +238,31 @@ def test_traced_rows_stay_within_the_sql_stores_connections(store: str, monkeypa
     monkeypatch.setenv("MLFLOW_SQLALCHEMYSTORE_POOL_SIZE", "40")
     assert rows_in_flight(40) == 40
     assert rows_in_flight(8) == 8
+
+
+def test_a_broken_predict_fn_stops_the_run_naming_it(store: str) -> None:
+    """predict_fn raising on every row is a broken predict_fn, not a prompt to optimize: the run stops after the
+    seed's validation instead of returning the seed as its best."""
+    task = Task("broken", rows=12)
+    first = task.rows[0]["inputs"]["question"]  # MLflow calls predict_fn on the first row before optimizing
+
+    def broken(question: str) -> str:
+        if question == first:
+            return "0"
+        raise ConnectionError("no route to the model")
+
+    with pytest.raises(RuntimeError, match="predict_fn raised on 11 of the 12 training rows"), mlflow.start_run():
+        mlflow.genai.optimize_prompts(predict_fn=broken, train_data=task.rows, prompt_uris=[task.prompt.uri],
+                                      scorers=[rule_match], optimizer=optimizer(40))
+
+
+def test_a_prompt_predict_fn_never_reads_is_reported_once(store: str, caplog) -> None:
+    task = Task("read", rows=6)
+    other = mlflow.genai.register_prompt(name="never-read", template="unused {{x}}")
+    with caplog.at_level(logging.WARNING), mlflow.start_run():
+        mlflow.genai.optimize_prompts(predict_fn=task.predict_fn, train_data=task.rows,
+                                      prompt_uris=[task.prompt.uri, other.uri], scorers=[rule_match],
+                                      optimizer=optimizer(30))
+    ours = [r for r in caplog.records if "not used during evaluation" in r.getMessage()
+            and r.name.startswith("dspy_pxn")]
+    assert len(ours) == 1 and "['never-read']" in ours[0].getMessage()

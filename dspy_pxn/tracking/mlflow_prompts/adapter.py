@@ -16,6 +16,7 @@ own ``eval_fn``: one candidate at a time (its rows in MLflow's own pool), never 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -50,6 +51,8 @@ class PromptRollouts:
     def __init__(self, evaluation: ConcurrentEvaluation, failure_score: float, callbacks: list[Any] | None = None):
         self.evaluation, self.failure_score = evaluation, failure_score
         self.callbacks = callbacks  # DSPy's callbacks for a row (MLflow's autologging among them); None: as they are
+        self.read: set[str] = set()  # the prompt names predict_fn has read so far, in any row
+        self._read_lock = threading.Lock()
 
     def __call__(self, task: Task) -> RolloutResult:
         candidate, row, _, _ = task
@@ -61,6 +64,8 @@ class PromptRollouts:
                                         "it %s: %s: %s", row.get("inputs"), self.failure_score,
                                         type(error).__name__, error)
             return RolloutResult(None, self.failure_score, None, f"{METRIC_PROBLEM}{type(error).__name__}: {error}")
+        with self._read_lock:
+            self.read |= outcome.used
         record = outcome.record
         error = outcome.predict_error
         return RolloutResult(record, record.score, None,
@@ -73,8 +78,10 @@ class PromptAdapter(PooledAdapter):
 
     def __init__(self, rollouts: Callable[[Task], RolloutResult], *, val_size: int, failure_score: float,
                  pool: WorkerPool, events: StepEvents | None = None, reflection_prompt_template: Any = None,
-                 on_validated: Callable[[dict[str, str], list[Any]], None] | None = None):
+                 on_validated: Callable[[dict[str, str], list[Any]], None] | None = None,
+                 prompt_names: Sequence[str] = ()):
         self.rollouts = rollouts
+        self.prompt_names = tuple(prompt_names)  # the seed's prompts, each of which predict_fn should read
         self.val_size, self.failure_score = val_size, failure_score
         self.reflection_prompt_template = reflection_prompt_template
         self.on_validated = on_validated  # hears each full validation's records (``PromptRunLog``)
@@ -109,7 +116,7 @@ class PromptAdapter(PooledAdapter):
         if not results:
             return
         raised = [r for r in results if r.raised is not None]
-        if len(raised) >= max(1, -(-BROKEN_PREDICT_SHARE * len(results) // 1)):
+        if len(raised) >= max(1, math.ceil(BROKEN_PREDICT_SHARE * len(results))):
             error = raised[0].raised
             message = (f"predict_fn raised on {len(raised)} of the {len(results)} training rows with the seed "
                        f"prompts (the first: {raised[0].error}), so it is broken, not its prompt. Fix predict_fn "
@@ -119,6 +126,12 @@ class PromptAdapter(PooledAdapter):
             raise ValueError(f"The scorers gave no score on any of the {len(results)} rows (first: "
                              f"{results[0].error or 'score None'}). Pass scorers= that return a number or a "
                              "Feedback with a value, then run again.")
+        unread = sorted(set(self.prompt_names) - getattr(self.rollouts, "read", set(self.prompt_names)))
+        if unread:  # MLflow's own warning, once: its eval_fn says it after every evaluation
+            logger.warning(
+                "The following prompts were not used during evaluation: %s. This may indicate that predict_fn is "
+                "not calling format() for these prompts, or the prompt names don't match. "
+                "Please verify that your predict_fn uses all prompts specified in prompt_uris.", unread)
 
     def make_reflective_dataset(self, candidate: dict[str, str], eval_batch: EvaluationBatch,
                                 components_to_update: list[str]) -> dict[str, list[dict[str, Any]]]:

@@ -61,10 +61,12 @@ class BatchedGepaPromptOptimizer(_base()):  # type: ignore[misc]
             ``candidate_selection_strategy``, ``use_merge``, ``max_merge_invocations``, ``skip_perfect_score``,
             ``perfect_score``, ``module_selector`` and ``reflection_prompt_template`` keep their meaning; gepa's
             ``callbacks`` and ``stop_callbacks`` are heard.
-        p, n: Parents per step and mutations per parent (``p="auto"``: what fills the pool within the budget).
+        p: Parents per step (``"auto"``: what fills the pool within the budget).
+        n: Mutations per parent.
         num_threads: Rows evaluated at once. Default: MLflow's ``MLFLOW_GENAI_EVAL_MAX_WORKERS`` (its own
             evaluation's width), kept within the SQL store's connections when traces go to one.
-        schedule, selection: As ``BatchedGEPA``'s (default: chosen with the width).
+        schedule: ``"steps"`` or ``"async"``, as ``BatchedGEPA``'s (default: chosen with the width).
+        selection: Which improving children are validated, as ``BatchedGEPA``'s (default: with the width).
         max_wall_s: A deadline for the search, in seconds.
         max_reflection_cost_usd: A dollar cap on reflection calls (predict_fn's LM calls are the user's: the
             run does not see their cost).

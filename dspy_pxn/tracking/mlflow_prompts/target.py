@@ -86,7 +86,8 @@ class PromptTarget:
         options: dict[str, Any] = {
             "val_size": self.val_size, "failure_score": settings.failure_score, "pool": pool, "events": events,
             "reflection_prompt_template": self.reflection_prompt_template,
-            "on_validated": self.run_log.validated if self.run_log is not None else None}
+            "on_validated": self.run_log.validated if self.run_log is not None else None,
+            "prompt_names": tuple(self.seed_candidate)}
         if self.evaluation is None:
             return SerialPromptAdapter(self.eval_fn, **options)
         return PromptAdapter(PromptRollouts(self.evaluation, settings.failure_score, self.row_callbacks), **options)
