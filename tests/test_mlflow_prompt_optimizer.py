@@ -266,3 +266,18 @@ def test_a_prompt_predict_fn_never_reads_is_reported_once(store: str, caplog) ->
     ours = [r for r in caplog.records if "not used during evaluation" in r.getMessage()
             and r.name.startswith("dspy_pxn")]
     assert len(ours) == 1 and "['never-read']" in ours[0].getMessage()
+
+
+@pytest.mark.parametrize("engine", [None, "litellm"], ids=["dspy-default-engine", "litellm"])
+def test_the_reflection_model_over_http_on_either_dspy_engine(store: str, engine: str | None) -> None:
+    """reflection_model given as a dspy.LM aimed at an OpenAI-compatible server: reflections go over HTTP on DSPy's
+    default engine and on litellm alike, the run improves the prompt and the server saw the reflection calls."""
+    task = Task(f"engine-{engine}", rows=6)
+    with sim.LatencyServer(task_latency=0.0, reflection_latency=0.0) as server:
+        lm = server.lm("reflection", **({"engine": engine} if engine else {}))
+        ours = BatchedGepaPromptOptimizer(reflection_model=lm, max_metric_calls=40, p=2)
+        result = task.optimize(ours)
+        reflections = server.stats()["calls"]["reflection"]
+    assert reflections >= 1
+    assert result.final_eval_score > result.initial_eval_score
+    assert ours.last_run["metric_calls"] <= 40
