@@ -92,8 +92,11 @@ class LatencyServer:
         env.setdefault("PYTHONUNBUFFERED", "1")
         # stderr to a file, not a pipe: nobody drains it while the server runs.
         self._stderr = tempfile.TemporaryFile(mode="w+", prefix="latency_server_", suffix=".err")
+        # Started from the root it imports from: the caller's working directory (`python -m` puts it first on
+        # sys.path) may be a source checkout that shadows the installed package.
         self._proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._stderr, text=True, env=env,
+            cwd=roots[0],
         )
         try:
             self.base_url = self._await_ready()
