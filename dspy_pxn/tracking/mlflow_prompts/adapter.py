@@ -31,7 +31,7 @@ from dspy_pxn.events import StepEvents
 from dspy_pxn.pooled_adapter import PooledAdapter, Task
 from dspy_pxn.pools import WorkerPool
 from dspy_pxn.rollout import METRIC_PROBLEM, RolloutResult
-from dspy_pxn.tracking.mlflow_prompts.evaluation import ConcurrentEvaluation, EvalFn
+from dspy_pxn.tracking.mlflow_prompts.evaluation import ConcurrentEvaluation, EvalFn, warn_unread
 
 logger = logging.getLogger(__name__)
 
@@ -126,12 +126,8 @@ class PromptAdapter(PooledAdapter):
             raise ValueError(f"The scorers gave no score on any of the {len(results)} rows (first: "
                              f"{results[0].error or 'score None'}). Pass scorers= that return a number or a "
                              "Feedback with a value, then run again.")
-        unread = sorted(set(self.prompt_names) - getattr(self.rollouts, "read", set(self.prompt_names)))
-        if unread:  # MLflow's own warning, once: its eval_fn says it after every evaluation
-            logger.warning(
-                "The following prompts were not used during evaluation: %s. This may indicate that predict_fn is "
-                "not calling format() for these prompts, or the prompt names don't match. "
-                "Please verify that your predict_fn uses all prompts specified in prompt_uris.", unread)
+        # MLflow's own warning, once (its eval_fn says it after every evaluation).
+        warn_unread(set(self.prompt_names) - getattr(self.rollouts, "read", set(self.prompt_names)))
 
     def make_reflective_dataset(self, candidate: dict[str, str], eval_batch: EvaluationBatch,
                                 components_to_update: list[str]) -> dict[str, list[dict[str, Any]]]:

@@ -65,6 +65,15 @@ class MlflowInternalsChanged(RuntimeError):
     """An MLflow internal listed by ``mlflow_internals()`` is not what this module expects."""
 
 
+def warn_unread(names: set[str]) -> None:
+    """MLflow's own warning for candidate prompts predict_fn never read (no ``format()``, or a mismatched name)."""
+    if names:
+        _logger.warning(
+            "The following prompts were not used during evaluation: %s. This may indicate that predict_fn is "
+            "not calling format() for these prompts, or the prompt names don't match. "
+            "Please verify that your predict_fn uses all prompts specified in prompt_uris.", sorted(names))
+
+
 def serial_fallback_warning(reason: str) -> str:
     """The warning to log when ``self_test`` fails and candidates go through MLflow's own eval_fn."""
     import mlflow
@@ -202,21 +211,13 @@ class ConcurrentEvaluation:
         executor = self._executor
         if executor is None:
             raise RuntimeError("call evaluate() inside `with evaluation.installed():`")
-        active = _Candidate(dict(candidate))
-        token = _CANDIDATE.set(active)
         # A copy of this context per row (a Context can't be entered by two threads at once). Unlike MLflow's
         # pool, rows so inherit the caller's context: under an active span, row traces become its children.
-        try:
-            futures = [executor.submit(contextvars.copy_context().run, self._run_row, row) for row in rows]
-        finally:
-            _CANDIDATE.reset(token)
-        results = [future.result().record for future in futures]
-        if unused := set(candidate) - active.used:
-            _logger.warning(
-                "The following prompts were not used during evaluation: %s. This may indicate that predict_fn is "
-                "not calling format() for these prompts, or the prompt names don't match. "
-                "Please verify that your predict_fn uses all prompts specified in prompt_uris.", sorted(unused))
-        return results, set(active.used)
+        futures = [executor.submit(contextvars.copy_context().run, self.evaluate_row, candidate, row) for row in rows]
+        outcomes = [future.result() for future in futures]
+        used = set().union(*(outcome.used for outcome in outcomes))
+        warn_unread(set(candidate) - used)
+        return [outcome.record for outcome in outcomes], used
 
     def evaluate_row(self, candidate: dict[str, str], row: dict[str, Any]) -> RowOutcome:
         """One row under ``candidate``, in the calling thread (a pool worker of the engine): the candidate is
