@@ -34,6 +34,7 @@ A second optimizer is one more entry in ``CONFIGS`` (name -> factory of the opti
     python benchmarks/bench_mlflow_prompts.py --no-tracing --seeds 10 --out benchmarks/results/mlflow_prompts_notrace.json
     python benchmarks/bench_mlflow_prompts.py --store server --seeds 3 --out benchmarks/results/mlflow_prompts_server.json
     python benchmarks/bench_mlflow_prompts.py --rows 6 --budget 20 --task-latency 0 --reflection-latency 0   # smoke
+    python benchmarks/bench_mlflow_prompts.py --no-tracing --seeds 3 --rows-alone   # and the rows with no optimizer
 
 Each optimizer runs at its defaults (only the class differs), both with MLflow's evaluation width
 (``MLFLOW_GENAI_EVAL_MAX_WORKERS``, 10) as the rows in flight. Results go to
@@ -268,6 +269,41 @@ def run_one(config: str, args: argparse.Namespace, seed: int) -> dict[str, Any]:
     }
 
 
+def rows_alone(args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """The run's rows with no optimizer: ``--budget`` predict_fn calls and scorings of the seed template, on
+    MLflow's evaluation width of threads, against a fresh server. The floor any optimizer of that budget and
+    width has on this machine, CPU included (``B·T_e/W`` counts the waits only)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mlflow.environment_variables import MLFLOW_GENAI_EVAL_MAX_WORKERS
+
+    train, _, _ = sim.make_splits(seed=seed, train=args.rows, val=1, test=1)
+    scorer, counter = sim.mlflow_scorer(), CallCounter()
+
+    class SeedPrompt:
+        @staticmethod
+        def format() -> str:
+            return sim.seed_instruction()
+
+    with sim.LatencyServer(task_latency=args.task_latency, reflection_latency=args.reflection_latency,
+                           landscape=args.landscape, latency="fixed", seed=seed) as server:
+        server.warm_up()
+        predict_fn = make_predict_fn(SeedPrompt(), server.lm("task"), counter)
+
+        def row(index: int) -> Any:
+            example = train[index % len(train)]
+            return scorer(inputs={"question": example.question}, outputs=predict_fn(example.question),
+                          expectations={"expected_response": example.answer})
+
+        workers = MLFLOW_GENAI_EVAL_MAX_WORKERS.get()
+        with ThreadPoolExecutor(workers) as threads:
+            start = time.perf_counter()
+            list(threads.map(row, range(args.budget)))
+            wall = time.perf_counter() - start
+    return {"config": "rows alone", "seed": seed, "wall_s": wall, "rows": args.budget, "workers": workers,
+            "floor_s": args.budget * args.task_latency / workers}
+
+
 def summarise(rows: list[dict[str, Any]], configs: list[str]) -> list[dict[str, Any]]:
     """Means over seeds per config (max for the calls, so an overshoot of the budget shows)."""
     table = []
@@ -329,6 +365,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--no-tracing", action="store_true", help="mlflow.tracing.disable() for the run")
     parser.add_argument("--store", choices=["sqlite", "server"], default="sqlite",
                         help="where runs and traces go: a sqlite file, or that file behind `mlflow server` (HTTP)")
+    parser.add_argument("--rows-alone", action="store_true",
+                        help="also time the budget's rows with no optimizer (predict_fn + scorer on W threads)")
     parser.add_argument("--out", default=str(RESULTS / "mlflow_prompts.json"))
     args = parser.parse_args(argv)
     configs = [c.strip() for c in args.configs.split(",")]
@@ -340,13 +378,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     import_autolog_integrations()
     rows = [run_one(config, args, seed) for seed in range(args.seeds) for config in configs]
     print_rows(rows, args)
+    alone = [rows_alone(args, seed) for seed in range(args.seeds)] if args.rows_alone else []
+    for r in alone:
+        print(f"\nrows alone, seed {r['seed']}: {r['rows']} rows on {r['workers']} threads in {r['wall_s']:.2f} s "
+              f"(B·T_e/W {r['floor_s']:.1f} s)")
     report = {
         "args": vars(args),
         "environment": {"mlflow": version("mlflow"), "gepa": version("gepa"), "dspy": version("dspy"),
                         "litellm": version("litellm"),
                         "MLFLOW_GENAI_EVAL_MAX_WORKERS": MLFLOW_GENAI_EVAL_MAX_WORKERS.get(),
                         "reflection_model": REFLECTION_MODEL, "lm_cache": False, "cpus": os.cpu_count()},
-        "table": summarise(rows, configs), "rows": rows,
+        "table": summarise(rows, configs), "rows": rows, "rows_alone": alone,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))

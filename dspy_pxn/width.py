@@ -37,21 +37,28 @@ AUTO = "auto"
 # Windows (≈ generations) the budget must buy at the chosen width; see the module docstring.
 MIN_VALIDATION_WINDOWS = 5
 
+# The windows BatchedGepaPromptOptimizer's default width leaves (one pipeline per row in flight, within them). Five
+# is narrow at MLflow's budgets: at B = 300, |val| = 30, W = 10 it ran 5 wide and scored 0.06 below MLflow's own
+# GEPA optimizer on depth (10 seeds), where 10 wide (three windows' cap: 11) scored the same on depth, 0.013 more
+# on breadth, higher on held-out on both, and ran sooner (docs/benchmarks.md, "MLflow prompt optimization"). The
+# cap keeps a pool much wider than the budget (W = 64 at B = 300) from spending it all in one window.
+PROMPT_VALIDATION_WINDOWS = 3
+
 # Validations at once, and the improvers one beyond the first waits for; see the module docstring.
 MAX_VALIDATIONS_IN_FLIGHT = 2
 SECOND_VALIDATION_MIN_IMPROVERS = 8
 
 
-def auto_width(shape: RunShape) -> int:
-    """P·N for ``p="auto"``: the pool's W, at most what leaves the budget ``MIN_VALIDATION_WINDOWS`` windows."""
-    per_window = shape.budget / MIN_VALIDATION_WINDOWS - shape.val_size
+def auto_width(shape: RunShape, windows: int = MIN_VALIDATION_WINDOWS) -> int:
+    """P·N for ``p="auto"``: the pool's W, at most what leaves the budget ``windows`` validation windows."""
+    per_window = shape.budget / windows - shape.val_size
     budget_cap = int(per_window // (2 * shape.minibatch_size))
     return max(1, min(shape.workers, budget_cap))
 
 
-def auto_parents(shape: RunShape, n: int) -> int:
+def auto_parents(shape: RunShape, n: int, windows: int = MIN_VALIDATION_WINDOWS) -> int:
     """P for ``p="auto"`` with ``n`` mutations per parent: the auto width, in whole parents."""
-    return max(1, auto_width(shape) // n)
+    return max(1, auto_width(shape, windows) // n)
 
 
 def starts_validation(running: int, waiting: int) -> bool:

@@ -5,7 +5,7 @@ latency-injecting server on loopback (an OpenAI-compatible subprocess), so this 
 and no internet; the tracking store is a sqlite file in a temporary directory unless ``--tracking-uri``
 names one.
 
-    python examples/optimize_mlflow_prompts.py [--budget 300 --rows 30 --p auto --compare]
+    python examples/optimize_mlflow_prompts.py [--budget 300 --rows 30 --p 10 --compare]
 
 ``--compare`` runs MLflow's GepaPromptOptimizer on the same data and budget afterwards. With a real
 provider, predict_fn calls your model (e.g. ``openai.OpenAI().chat.completions.create``) and
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=int, default=300, help="max_metric_calls: rows evaluated, never exceeded")
     parser.add_argument("--rows", type=int, default=30, help="training rows (also what candidates are validated on)")
-    parser.add_argument("--p", default="auto", help="parents per step, or 'auto'")
+    parser.add_argument("--p", default=None, help="parents per step, or 'auto' (default: one per row in flight)")
     parser.add_argument("--n", type=int, default=1, help="mutations per parent")
     parser.add_argument("--task-latency", type=float, default=0.2)
     parser.add_argument("--tracking-uri", default=None, help="default: a sqlite file in a temporary directory")
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     train, _, _ = sim.make_splits(seed=0, train=args.rows, val=1, test=1)
     train_data = [{"inputs": {"question": e.question}, "expectations": {"expected_response": e.answer}}
                   for e in train]
-    p = args.p if args.p == "auto" else int(args.p)
+    p = args.p if args.p in (None, "auto") else int(args.p)
     with tempfile.TemporaryDirectory() as tmp, sim.LatencyServer(
             task_latency=args.task_latency, reflection_latency=4 * args.task_latency) as server:
         # The reflection model is named as MLflow names models; litellm finds the server through these.

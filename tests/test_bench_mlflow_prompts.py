@@ -36,7 +36,7 @@ def test_main_counts_calls_and_writes_json(tmp_path: Path, tracing: bool) -> Non
     out = tmp_path / "bench.json"
     argv = ["--configs", "mlflow.GepaPromptOptimizer", "--rows", "6", "--budget", "20", "--task-latency", "0",
             "--reflection-latency", "0", "--test", "10", "--out", str(out)]
-    report = bench.main(argv + ([] if tracing else ["--no-tracing"]))
+    report = bench.main(argv + ([] if tracing else ["--no-tracing", "--rows-alone"]))
 
     assert json.loads(out.read_text()) == json.loads(json.dumps(report))
     (row,) = report["rows"]
@@ -52,6 +52,9 @@ def test_main_counts_calls_and_writes_json(tmp_path: Path, tracing: bool) -> Non
     assert (row["traces"] > 0) is tracing
     assert report["table"][0]["config"] == "mlflow.GepaPromptOptimizer"
     assert mlflow.get_tracking_uri() == before  # the temp store is not left behind
+    if not tracing:  # the budget's rows timed with no optimizer, against the same server
+        (alone,) = report["rows_alone"]
+        assert alone["rows"] == 20 and alone["workers"] >= 1 and alone["wall_s"] > 0
 
 
 def test_unknown_config_is_refused(tmp_path: Path) -> None:

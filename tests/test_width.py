@@ -9,11 +9,12 @@ import pytest
 
 from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
-from dspy_pxn.ledger.budget import RunShape
 from dspy_pxn.cli import main as cli
+from dspy_pxn.ledger.budget import RunShape
 from dspy_pxn.width import (
     MAX_VALIDATIONS_IN_FLIGHT,
     MIN_VALIDATION_WINDOWS,
+    PROMPT_VALIDATION_WINDOWS,
     SECOND_VALIDATION_MIN_IMPROVERS,
     auto_parents,
     auto_width,
@@ -36,6 +37,17 @@ def test_the_auto_width_is_the_pool_capped_by_the_budget(workers, budget, val_si
         per_window = 2 * shape.minibatch_size * width + val_size
         assert budget / per_window >= MIN_VALIDATION_WINDOWS
         assert budget / (per_window + 2 * shape.minibatch_size) < MIN_VALIDATION_WINDOWS
+
+
+@pytest.mark.parametrize(("workers", "budget", "expected"), [
+    (10, 300, 10),   # MLflow's evaluation width at B = 300, |val| = 30: (300/3 - 30)/6 = 11 would fit, the pool is 10
+    (64, 300, 11),   # a pool far wider than the budget: the three windows' cap, not one window of 64
+    (10, 100, 1),    # MLflow's default budget buys little beside a 30-row validation
+])
+def test_the_prompt_width_leaves_three_windows(workers, budget, expected):
+    shape = RunShape(workers=workers, budget=budget, val_size=30, minibatch_size=3)
+    assert auto_width(shape, PROMPT_VALIDATION_WINDOWS) == expected
+    assert auto_width(shape) <= expected  # BatchedGEPA's five windows: never wider
 
 
 def test_a_validation_starts_alone_for_one_improver_and_beside_another_only_for_enough():

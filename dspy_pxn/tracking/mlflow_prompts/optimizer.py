@@ -23,13 +23,14 @@ from typing import Any, Literal
 import dspy
 
 from dspy_pxn import checks
+from dspy_pxn.ledger.budget import RunShape
 from dspy_pxn.run import Run
 from dspy_pxn.schedules import SCHEDULES
 from dspy_pxn.teleprompter import BatchedGEPA
 from dspy_pxn.tracking.mlflow_prompts.evaluation import ConcurrentEvaluation, EvalFn, self_test, serial_fallback_warning
 from dspy_pxn.tracking.mlflow_prompts.run_log import PromptRunLog
 from dspy_pxn.tracking.mlflow_prompts.target import PromptTarget
-from dspy_pxn.width import AUTO
+from dspy_pxn.width import PROMPT_VALIDATION_WINDOWS, auto_parents
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +62,9 @@ class BatchedGepaPromptOptimizer(_base()):  # type: ignore[misc]
             ``candidate_selection_strategy``, ``use_merge``, ``max_merge_invocations``, ``skip_perfect_score``,
             ``perfect_score``, ``module_selector`` and ``reflection_prompt_template`` keep their meaning; gepa's
             ``callbacks`` and ``stop_callbacks`` are heard.
-        p: Parents per step (``"auto"``: what fills the pool within the budget).
+        p: Parents per step. Default: one pipeline per row in flight (``num_threads // n``), within what
+            leaves the budget ``PROMPT_VALIDATION_WINDOWS`` validation windows. ``"auto"`` is ``BatchedGEPA``'s
+            rule (five windows), which runs narrower at MLflow's budgets.
         n: Mutations per parent.
         num_threads: Rows evaluated at once. Default: MLflow's ``MLFLOW_GENAI_EVAL_MAX_WORKERS`` (its own
             evaluation's width), kept within the SQL store's connections when traces go to one.
@@ -74,7 +77,7 @@ class BatchedGepaPromptOptimizer(_base()):  # type: ignore[misc]
 
     def __init__(self, reflection_model: str | dspy.BaseLM, max_metric_calls: int = 100,
                  display_progress_bar: bool = False, gepa_kwargs: dict[str, Any] | None = None, *,
-                 p: int | Literal["auto"] = AUTO, n: int = 1, num_threads: int | None = None,
+                 p: int | Literal["auto"] | None = None, n: int = 1, num_threads: int | None = None,
                  schedule: Literal["steps", "async"] | None = None, selection: Any = None,
                  max_wall_s: float | None = None, max_reflection_cost_usd: float | None = None):
         self.reflection_model = reflection_model
@@ -94,15 +97,23 @@ class BatchedGepaPromptOptimizer(_base()):  # type: ignore[misc]
         rest["display_progress_bar"] = display_progress_bar  # gepa's bar, in gepa's step loop
         if max_reflection_cost_usd is not None:
             rest["max_reflection_cost"] = max_reflection_cost_usd
-        self._optimizer_args = dict(p=p, n=n, schedule=schedule, selection=selection, max_wall_s=max_wall_s, **ours)
+        self.p = p
+        self._optimizer_args = dict(n=n, schedule=schedule, selection=selection, max_wall_s=max_wall_s, **ours)
         self._gepa_rest = rest
-        self.settings = self._settings(num_threads)  # every argument checked now, before any data
+        self.settings = self._settings(num_threads, 1 if p is None else p)  # every argument checked now
         self.last_run: dict[str, Any] = {}  # the last optimize's measurements: metric calls, wall, steps, ...
 
-    def _settings(self, num_threads: int | None) -> Any:
+    def _settings(self, num_threads: int | None, p: int | str) -> Any:
         return BatchedGEPA(None, max_metric_calls=self.max_metric_calls, reflection_lm=self.reflection_lm,
-                           num_threads=num_threads or 1, tracker=False, gepa_kwargs=dict(self._gepa_rest),
+                           num_threads=num_threads or 1, tracker=False, gepa_kwargs=dict(self._gepa_rest), p=p,
                            **self._optimizer_args).settings
+
+    def _parents(self, workers: int, rows: int) -> int | str:
+        """The optimizer's p, or one pipeline per row in flight within ``PROMPT_VALIDATION_WINDOWS`` windows."""
+        if self.p is not None:
+            return self.p
+        shape = RunShape(workers, self.max_metric_calls, rows, self.settings.reflection_minibatch_size)
+        return auto_parents(shape, self.settings.n, windows=PROMPT_VALIDATION_WINDOWS)
 
     def optimize(self, eval_fn: EvalFn, train_data: list[dict[str, Any]], target_prompts: dict[str, str],
                  enable_tracking: bool = True) -> Any:
@@ -123,7 +134,7 @@ class BatchedGepaPromptOptimizer(_base()):  # type: ignore[misc]
             logger.warning("%s", serial_fallback_warning(reason))
             evaluation = None
         workers = 1 if evaluation is None else rows_in_flight(self.num_threads)
-        settings = self._settings(workers)
+        settings = self._settings(workers, self._parents(workers, len(train_data)))
         active = mlflow.active_run() if enable_tracking else None
         run_log = (PromptRunLog(active.info.run_id, mlflow.get_tracking_uri(), time.time())
                    if active is not None else None)
