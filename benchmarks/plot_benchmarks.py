@@ -181,10 +181,22 @@ def headlines() -> dict[str, str]:
     figures["w16 4x4 metric calls"] = f"{most_calls(W16, 'async 4x4 merge')} of 600"
     floor = floor_s([W16])
     figures["w16 dspy.GEPA x floor"] = span(statistics.mean(c.baseline_walls) / floor for c in four.values()) + "×"
+    figures["mlflow prompts speedup"] = span(mlflow_prompts_speedup(name) for name in MLFLOW_PROMPTS) + "×"
     for name in CELLS:
         figures[f"w16 held-out {name}"] = f"{four[name].test:.3f} ± {four[name].test_sd:.3f}"
         figures[f"w16 dspy.GEPA held-out {name}"] = f"{statistics.mean(four[name].baseline_tests):.3f}"
     return figures
+
+
+MLFLOW_PROMPTS = ("mlflow_prompts_notrace.json", "mlflow_prompts_notrace_breadth.json")  # untraced, both landscapes
+
+
+def mlflow_prompts_speedup(name: str) -> float:
+    """MLflow's GepaPromptOptimizer's mean wall over BatchedGepaPromptOptimizer's, in one bench_mlflow_prompts run."""
+    rows = load(name)["rows"]
+    walls = {config: statistics.mean(r["wall_s"] for r in rows if r["config"] == config)
+             for config in ("mlflow.GepaPromptOptimizer", "BatchedGepaPromptOptimizer")}
+    return walls["mlflow.GepaPromptOptimizer"] / walls["BatchedGepaPromptOptimizer"]
 
 
 def floor_s(files: list[str]) -> float:

@@ -30,7 +30,8 @@ plotter = _load_plotter()
 FIGURES = plotter.headlines()
 PAGES = {name: (ROOT / name).read_text() for name in (
     "README.md", "docs/index.md", "docs/benchmarks.md", "docs/benchmark-log.md", "docs/guides/planning.md",
-    "docs/concepts/merges.md", "docs/concepts/pxn.md", "docs/guides/from-dspy-gepa.md", "docs/reference/glossary.md")}
+    "docs/concepts/merges.md", "docs/concepts/pxn.md", "docs/guides/from-dspy-gepa.md", "docs/reference/glossary.md",
+    "docs/guides/mlflow-prompts.md")}
 # The pages that give the class swap's result: each also names the cells where it missed its held-out aim.
 CLASS_SWAP_PAGES = ["README.md", "docs/index.md", "docs/benchmarks.md", "docs/benchmark-log.md",
                     "docs/guides/from-dspy-gepa.md", "docs/guides/planning.md"]
@@ -65,6 +66,8 @@ QUOTED = {
     "w16 PxNSampling metric calls": (["docs/benchmarks.md", "docs/concepts/pxn.md", "docs/guides/from-dspy-gepa.md"],
                                      "schedules.json"),
     "w16 dspy.GEPA x floor": (["docs/reference/glossary.md"], "schedules.json"),
+    "mlflow prompts speedup": (["README.md", "docs/benchmarks.md", "docs/guides/mlflow-prompts.md"],
+                               "mlflow_prompts_notrace"),
 }
 
 
