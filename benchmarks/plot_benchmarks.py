@@ -45,6 +45,8 @@ WIDE = {
                        "schedules_wide_w256_1x1_lognormal_seeds1014.json"]},
 }
 CURVES = "curves_w16.json"
+# bench_mlflow_prompts.py untraced, both landscapes: MLflow's GepaPromptOptimizer beside BatchedGepaPromptOptimizer.
+MLFLOW_PROMPTS = ("mlflow_prompts_notrace.json", "mlflow_prompts_notrace_breadth.json")
 
 
 def load(name: str) -> dict:
@@ -186,9 +188,6 @@ def headlines() -> dict[str, str]:
         figures[f"w16 held-out {name}"] = f"{four[name].test:.3f} ± {four[name].test_sd:.3f}"
         figures[f"w16 dspy.GEPA held-out {name}"] = f"{statistics.mean(four[name].baseline_tests):.3f}"
     return figures
-
-
-MLFLOW_PROMPTS = ("mlflow_prompts_notrace.json", "mlflow_prompts_notrace_breadth.json")  # untraced, both landscapes
 
 
 def mlflow_prompts_speedup(name: str) -> float:

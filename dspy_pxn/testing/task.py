@@ -191,7 +191,6 @@ def metric(gold, pred, trace=None, pred_name=None, pred_trace=None) -> dspy.Pred
     return dspy.Prediction(score=0.0, feedback=feedback)
 
 
-
 def mlflow_scorer() -> Any:
     """The task's metric as an MLflow GenAI scorer (``rule_match``), for ``mlflow.genai.optimize_prompts``: its
     score, and its feedback as the rationale a reflection reads. Rows carry the answer as
@@ -206,6 +205,7 @@ def mlflow_scorer() -> Any:
         return Feedback(value=verdict.score, rationale=verdict.feedback)
 
     return rule_match
+
 
 def score(gold, pred, trace=None) -> float:
     """The metric's score alone, for dspy.Evaluate on held-out data."""

@@ -100,7 +100,8 @@ class BatchedGepaPromptOptimizer(_base()):  # type: ignore[misc]
         self.p = p
         self._optimizer_args = dict(n=n, schedule=schedule, selection=selection, max_wall_s=max_wall_s, **ours)
         self._gepa_rest = rest
-        self.settings = self._settings(num_threads, 1 if p is None else p)  # every argument checked now
+        # Every argument checked now, before any data; the width (p=None) is known only at optimize().
+        self._checked = self._settings(num_threads, 1 if p is None else p)
         self.last_run: dict[str, Any] = {}  # the last optimize's measurements: metric calls, wall, steps, ...
 
     def _settings(self, num_threads: int | None, p: int | str) -> Any:
@@ -112,8 +113,8 @@ class BatchedGepaPromptOptimizer(_base()):  # type: ignore[misc]
         """The optimizer's p, or one pipeline per row in flight within ``PROMPT_VALIDATION_WINDOWS`` windows."""
         if self.p is not None:
             return self.p
-        shape = RunShape(workers, self.max_metric_calls, rows, self.settings.reflection_minibatch_size)
-        return auto_parents(shape, self.settings.n, windows=PROMPT_VALIDATION_WINDOWS)
+        shape = RunShape(workers, self.max_metric_calls, rows, self._checked.reflection_minibatch_size)
+        return auto_parents(shape, self._checked.n, windows=PROMPT_VALIDATION_WINDOWS)
 
     def optimize(self, eval_fn: EvalFn, train_data: list[dict[str, Any]], target_prompts: dict[str, str],
                  enable_tracking: bool = True) -> Any:
