@@ -28,6 +28,10 @@ evaluation in waves of ``MLFLOW_GENAI_EVAL_MAX_WORKERS`` rows at T_e, each refle
 budget, the server's task and reflection calls and peak concurrency, MLflow's initial and final eval score
 (gepa's val aggregate on the train rows), held-out accuracy of the seed and final templates (``--test``
 questions, answered instantly by the in-process simulated LM), the final template, and the store's size.
+Where the optimizer's own part of the wall went (``wall_split``, printed per config): its rows (predict_fn calls,
+client side, timed in epoch seconds) spread over the row pool (busy / W, the wall of a pool that never idles at
+the rows' own times), and the pool's idle time split, as ``bench_pool_idle.py`` splits a DSPy run's, at the end
+of the seed's validation and at the start of the last reflection (the server's timeline of its calls).
 A second optimizer is one more entry in ``CONFIGS`` (name -> factory of the optimizer object).
 
     python benchmarks/bench_mlflow_prompts.py                        # both, 30 rows, T_e 0.2 s, T_r 0.8 s, B 300, 1 seed
@@ -99,15 +103,23 @@ CONFIGS: dict[str, OptimizerFactory] = {
 
 
 class CallCounter:
-    """predict_fn's calls, counted from MLflow's row threads."""
+    """predict_fn's calls, counted and timed (epoch seconds, as the server's timeline) from MLflow's row threads."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.calls = 0
+        self.rows: list[tuple[float, float]] = []
 
-    def add(self) -> None:
+    @contextmanager
+    def row(self) -> Iterator[None]:
         with self._lock:
             self.calls += 1
+        started = time.time()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.rows.append((started, time.time()))
 
 
 def make_predict_fn(prompt: Any, task_lm: dspy.BaseLM, counter: CallCounter) -> Callable[[str], str]:
@@ -115,11 +127,11 @@ def make_predict_fn(prompt: Any, task_lm: dspy.BaseLM, counter: CallCounter) -> 
     thread, where MLflow installs the candidate), the formatted text as the predictor's instructions."""
 
     def predict_fn(question: str) -> str:
-        counter.add()
-        instructions = prompt.format()
-        predictor = dspy.Predict(SIGNATURE.with_instructions(instructions))
-        with dspy.context(lm=task_lm):
-            return predictor(question=question).answer
+        with counter.row():
+            instructions = prompt.format()
+            predictor = dspy.Predict(SIGNATURE.with_instructions(instructions))
+            with dspy.context(lm=task_lm):
+                return predictor(question=question).answer
 
     return predict_fn
 
@@ -170,7 +182,8 @@ def tracking_store(directory: Path, tracing: bool, server: bool = False) -> Iter
 
 
 def instrument(optimizer: Any, counter: CallCounter, marks: dict[str, float]) -> list[tuple[int, float]]:
-    """Clock the optimizer's own part of the call (``marks``: start, end, predict_fn calls before it) and each
+    """Clock the optimizer's own part of the call (``marks``: start, end, the start in epoch seconds, predict_fn
+    calls before it) and each
     candidate evaluation it asks for: the returned list fills with (rows, seconds) per eval_fn call. The eval_fn
     the optimizer gets is MLflow's, wrapped (``functools.wraps``: MLflow's own is its ``__wrapped__``)."""
     optimize, evaluations = optimizer.optimize, []
@@ -184,7 +197,7 @@ def instrument(optimizer: Any, counter: CallCounter, marks: dict[str, float]) ->
             finally:
                 evaluations.append((len(dataset), time.perf_counter() - started))
 
-        marks["calls_before"], marks["start"] = counter.calls, time.perf_counter()
+        marks["calls_before"], marks["start"], marks["start_epoch"] = counter.calls, time.perf_counter(), time.time()
         try:
             return optimize(timed_eval_fn if eval_fn is not None else None, *rest, **kw)
         finally:
@@ -246,11 +259,12 @@ def run_one(config: str, args: argparse.Namespace, seed: int) -> dict[str, Any]:
                                                prompt_uris=[registered.uri], scorers=[sim.mlflow_scorer()],
                                                optimizer=optimizer)
         wall = time.perf_counter() - start
-        stats = server.stats()
+        stats, timeline = server.stats(), server.timeline()
         stored = store_size(Path(tmp))
     final = result.optimized_prompts[0].template
     optimize_s = marks["end"] - marks["start"]
     workers = MLFLOW_GENAI_EVAL_MAX_WORKERS.get()
+    where = wall_split(counter.rows, timeline, marks["start_epoch"], optimize_s, args.rows, workers)
     # MLflow's optimizer: its waits one after another. One that never calls eval_fn (it evaluates rows itself, on
     # a pool of the same width): the runtime model's floor, its rows' waits spread over the pool, B*T_e/W.
     floor = (latency_floor_s(evaluations, stats["calls"]["reflection"], workers, args) if evaluations
@@ -265,8 +279,23 @@ def run_one(config: str, args: argparse.Namespace, seed: int) -> dict[str, Any]:
         "max_in_flight": stats["max_in_flight"], "clients": stats["clients"],
         "initial_score": result.initial_eval_score, "final_score": result.final_eval_score,
         "held_out_seed": held_out(sim.seed_instruction(), test, args.landscape),
-        "held_out_final": held_out(final, test, args.landscape), "final_template": final, **stored,
+        "held_out_final": held_out(final, test, args.landscape), "final_template": final, **stored, **where,
     }
+
+
+def wall_split(rows: list[tuple[float, float]], timeline: list[tuple[str, float, float]], start: float,
+               optimize_s: float, seed_rows: int, workers: int) -> dict[str, float]:
+    """Where the optimizer's own part of the wall went: its rows' time (predict_fn, client side, CPU included)
+    spread over the row pool, and the pool's idle time split at the seed's validation's end (its first
+    ``seed_rows`` rows) and the last reflection's start (the server's timeline). One rule for both optimizers:
+    ``bench_pool_idle.idle_split``."""
+    from bench_pool_idle import idle_split  # benchmarks/ is the script's own directory
+
+    end = start + optimize_s
+    inside = [(s - start, e - start) for s, e in rows if start <= s < end]  # not MLflow's pre-flight row
+    reflections = [s - start for kind, s, _ in timeline if kind == "reflection" and start <= s < end]
+    return {**idle_split(inside, reflections, seed_rows, optimize_s, workers),
+            "reflection_s": sum(e - s for kind, s, e in timeline if kind == "reflection")}
 
 
 def rows_alone(args: argparse.Namespace, seed: int) -> dict[str, Any]:
@@ -311,7 +340,8 @@ def summarise(rows: list[dict[str, Any]], configs: list[str]) -> list[dict[str, 
         mine = [r for r in rows if r["config"] == config]
         means = {key: statistics.mean(r[key] for r in mine) for key in (
             "wall_s", "optimize_s", "eval_s", "floor_s", "reflection_calls", "initial_score", "final_score",
-            "held_out_final")}
+            "held_out_final", "busy_over_w_s", "x_busy", "mean_call_s", "idle_seed_s", "idle_search_s",
+            "idle_end_s")}
         table.append({"config": config, "seeds": len(mine), **means,
                       "predict_calls_max": max(r["predict_calls"] for r in mine)})
     return table
@@ -334,6 +364,16 @@ def print_rows(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
               f"{r['held_out_seed']:.2f} → {r['held_out_final']:.2f} | {r['traces']} | {r['store_bytes'] / 1e6:.1f} |")
     for r in rows:
         print(f"\nfinal template, {r['config']} seed {r['seed']}:\n{r['final_template']}")
+
+
+def print_wall_split(table: list[dict[str, Any]]) -> None:
+    """Where each optimizer's own wall went, means over seeds (``wall_split``)."""
+    print("\n### where the optimizer's wall went (seconds of the whole row pool, means over seeds)\n")
+    print("| config | optimizer s | rows busy / W s | × busy | mean row s | idle: seed | search | end |")
+    print("|---|---|---|---|---|---|---|---|")
+    for t in table:
+        print(f"| {t['config']} | {t['optimize_s']:.2f} | {t['busy_over_w_s']:.2f} | {t['x_busy']:.2f} | "
+              f"{t['mean_call_s']:.3f} | {t['idle_seed_s']:.2f} | {t['idle_search_s']:.2f} | {t['idle_end_s']:.2f} |")
 
 
 def import_autolog_integrations() -> None:
@@ -378,6 +418,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     import_autolog_integrations()
     rows = [run_one(config, args, seed) for seed in range(args.seeds) for config in configs]
     print_rows(rows, args)
+    table = summarise(rows, configs)
+    print_wall_split(table)
     alone = [rows_alone(args, seed) for seed in range(args.seeds)] if args.rows_alone else []
     for r in alone:
         print(f"\nrows alone, seed {r['seed']}: {r['rows']} rows on {r['workers']} threads in {r['wall_s']:.2f} s "
@@ -388,7 +430,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         "litellm": version("litellm"),
                         "MLFLOW_GENAI_EVAL_MAX_WORKERS": MLFLOW_GENAI_EVAL_MAX_WORKERS.get(),
                         "reflection_model": REFLECTION_MODEL, "lm_cache": False, "cpus": os.cpu_count()},
-        "table": summarise(rows, configs), "rows": rows, "rows_alone": alone,
+        "table": table, "rows": rows, "rows_alone": alone,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))

@@ -57,6 +57,23 @@ def busy_between(calls: list[tuple[float, float]], lo: float, hi: float) -> floa
     return sum(max(0.0, min(end, hi) - max(start, lo)) for start, end in calls)
 
 
+def idle_split(tasks: list[tuple[float, float]], reflection_starts: list[float], seed_calls: int, wall: float,
+               workers: int) -> dict[str, float]:
+    """The pool's idle time, as seconds of the whole pool, at the two instants every run has: the end of the
+    seed's validation (its first ``seed_calls`` task calls) and the start of its last reflection. ``tasks``
+    are (start, end) and ``reflection_starts`` seconds from the run's start, which ends at ``wall``."""
+    tasks = sorted(tasks)
+    seed_end = max(end for _, end in tasks[:seed_calls])
+    last_reflection = max(reflection_starts, default=seed_end)
+    idle = {name: (workers * (hi - lo) - busy_between(tasks, lo, hi)) / workers
+            for name, lo, hi in (("seed", 0.0, seed_end), ("search", seed_end, last_reflection),
+                                 ("end", last_reflection, wall))}
+    busy = busy_between(tasks, 0.0, wall)
+    return {"busy_over_w_s": busy / workers, "x_busy": wall / (busy / workers), "mean_call_s": busy / len(tasks),
+            "seed_end_s": seed_end, "last_reflection_s": last_reflection,
+            **{f"idle_{name}_s": seconds for name, seconds in idle.items()}}
+
+
 def run_one(args, landscape: str, latency: str, seed: int) -> dict:
     train, val, _ = sim.make_splits(seed=seed, train=args.train, val=args.val, test=1)
     task_lm, reflection_lm = lm(args, landscape, latency, seed, "task"), lm(args, landscape, latency, seed, "reflection")
@@ -66,17 +83,9 @@ def run_one(args, landscape: str, latency: str, seed: int) -> dict:
         started = time.perf_counter()
         teleprompter.compile(sim.seed_program(), trainset=train, valset=val)
         wall = time.perf_counter() - started
-    tasks = sorted((s - started, e - started) for reflection, s, e in times.calls if not reflection)
+    tasks = [(s - started, e - started) for reflection, s, e in times.calls if not reflection]
     reflections = [s - started for reflection, s, e in times.calls if reflection]
-    seed_end = max(end for _, end in tasks[: args.val])  # the seed's validation: the first |val| calls
-    last_reflection = max(reflections)
-    w = args.workers
-    idle = {name: (w * (hi - lo) - busy_between(tasks, lo, hi)) / w
-            for name, lo, hi in (("seed", 0.0, seed_end), ("search", seed_end, last_reflection), ("end", last_reflection, wall))}
-    busy = busy_between(tasks, 0.0, wall)
-    return {"seed": seed, "wall_s": wall, "busy_over_w_s": busy / w, "x_busy": wall / (busy / w),
-            "mean_call_s": busy / len(tasks), "seed_end_s": seed_end, "last_reflection_s": last_reflection,
-            **{f"idle_{k}_s": v for k, v in idle.items()}}
+    return {"seed": seed, "wall_s": wall, **idle_split(tasks, reflections, args.val, wall, args.workers)}
 
 
 def main() -> None:

@@ -45,8 +45,10 @@ WIDE = {
                        "schedules_wide_w256_1x1_lognormal_seeds1014.json"]},
 }
 CURVES = "curves_w16.json"
-# bench_mlflow_prompts.py untraced, both landscapes: MLflow's GepaPromptOptimizer beside BatchedGepaPromptOptimizer.
-MLFLOW_PROMPTS = ("mlflow_prompts_notrace.json", "mlflow_prompts_notrace_breadth.json")
+# bench_mlflow_prompts.py untraced, both landscapes, two runs each: MLflow's GepaPromptOptimizer beside
+# BatchedGepaPromptOptimizer.
+MLFLOW_PROMPTS = ("mlflow_prompts_notrace.json", "mlflow_prompts_notrace_breadth.json",
+                  "mlflow_prompts_notrace_earlier.json", "mlflow_prompts_notrace_breadth_earlier.json")
 
 
 def load(name: str) -> dict:

@@ -28,9 +28,10 @@ def load_bench() -> ModuleType:
 
 
 @pytest.mark.parametrize("tracing", [True, False], ids=["tracing", "no-tracing"])
-def test_main_counts_calls_and_writes_json(tmp_path: Path, tracing: bool) -> None:
+def test_main_counts_calls_and_writes_json(tmp_path: Path, tracing: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     import mlflow
 
+    monkeypatch.syspath_prepend(str(BENCH.parent))  # as when run as a script: its siblings import
     bench = load_bench()
     before = mlflow.get_tracking_uri()
     out = tmp_path / "bench.json"
@@ -51,6 +52,12 @@ def test_main_counts_calls_and_writes_json(tmp_path: Path, tracing: bool) -> Non
     assert row["final_template"].startswith("Apply the named rule")
     assert (row["traces"] > 0) is tracing
     assert report["table"][0]["config"] == "mlflow.GepaPromptOptimizer"
+    # Where the optimizer's wall went: its rows over the pool, and the pool's idle time split at the seed's
+    # validation's end and the last reflection's start, which add up to the rest of the wall.
+    assert 0 < row["busy_over_w_s"] <= row["optimize_s"] and row["mean_call_s"] > 0
+    assert 0 < row["seed_end_s"] <= row["last_reflection_s"] < row["optimize_s"]
+    idle = row["idle_seed_s"] + row["idle_search_s"] + row["idle_end_s"]
+    assert idle == pytest.approx(row["optimize_s"] - row["busy_over_w_s"], abs=1e-6)
     assert mlflow.get_tracking_uri() == before  # the temp store is not left behind
     if not tracing:  # the budget's rows timed with no optimizer, against the same server
         (alone,) = report["rows_alone"]

@@ -190,12 +190,37 @@ def test_concurrent_calls_overlap():
         with ThreadPoolExecutor(n) as pool:
             answers = list(pool.map(call, range(1, n + 1)))
         elapsed = time.perf_counter() - start
-        stats = srv.stats()
+        stats, timeline = srv.stats(), srv.timeline()
     assert answers == [str(i) for i in range(1, n + 1)]
     assert stats["calls"]["task"] == n and stats["in_flight"]["total"] == 0
     assert elapsed < n * latency / 3, elapsed
     assert stats["max_in_flight"]["task"] >= 8, stats
     assert stats["max_in_flight"]["total"] >= stats["max_in_flight"]["task"]
+    # The timeline places each call's latency in time (epoch seconds, by start), since the reset only: the
+    # overlap the counters saw, seen from when the calls slept.
+    assert [kind for kind, _, _ in timeline] == ["task"] * n
+    assert [start for _, start, _ in timeline] == sorted(start for _, start, _ in timeline)
+    assert all(latency <= end - start < latency + 1.0 for _, start, end in timeline), timeline
+    edges = sorted([(start, 1) for _, start, _ in timeline] + [(end, -1) for _, _, end in timeline])
+    asleep = [sum(step for _, step in edges[: i + 1]) for i in range(len(edges))]
+    assert 8 <= max(asleep) <= stats["max_in_flight"]["task"], (asleep, stats)
+
+
+def test_a_pickled_call_log_keeps_its_counts_and_starts_its_own_timeline():
+    """A program logged as an MLflow model is pickled with its simulated LM: the copy counts on from the calls so
+    far, but does not carry the timeline of the run that logged it."""
+    import pickle
+
+    stats = sim.CallStats()
+    for kind in ("task", "task", "reflection"):
+        with stats.track(kind):
+            pass
+    copy = pickle.loads(pickle.dumps(stats))
+    assert copy.snapshot()["calls"] == stats.snapshot()["calls"] == {"task": 2, "reflection": 1, "total": 3}
+    assert [kind for kind, _, _ in stats.timeline()] == ["task", "task", "reflection"] and copy.timeline() == []
+    with copy.track("task"):
+        pass
+    assert [kind for kind, _, _ in copy.timeline()] == ["task"] and len(stats.timeline()) == 3
 
 
 def test_gepa_smoke_makes_progress(server):

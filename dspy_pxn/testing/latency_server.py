@@ -14,7 +14,7 @@ DSPy's ChatAdapter or JSONAdapter format, and gepa's own plain-text reflection p
 ``gepa.optimize`` and MLflow's ``GepaPromptOptimizer`` send it), on either landscape (``--landscape depth``,
 today's model, or ``breadth``: several definitions per reflection and noisy answers).
 Latencies are fixed or drawn around the configured ones (``--latency lognormal|heavy``,
-``--latency-seed``); ``/stats`` reports the latencies slept. What it cannot answer:
+``--latency-seed``); ``/stats`` reports the latencies slept, ``/timeline`` when each call slept. What it cannot answer:
 anything else. A GSM8K, LiveBench-Math or HoVer question gets a well-formed but
 meaningless reply (answer "0"), so those tasks score 0 against it: it exercises their
 wiring, not their learning. ``dspy-pxn optimize sim`` runs the synthetic task on it.
@@ -206,6 +206,8 @@ class _Handler(BaseHTTPRequestHandler):
             ]})
         elif path == "/stats":
             self._json(200, self.server.stats())
+        elif path == "/timeline":
+            self._json(200, {"calls": self.server.call_stats.timeline()})
         else:
             self._error(404, f"no route for GET {path}")
 

@@ -191,6 +191,11 @@ class LatencyServer:
     def reset_stats(self) -> None:
         self._request("POST", "/stats/reset")
 
+    def timeline(self) -> list[tuple[str, float, float]]:
+        """(kind, start, end) of each answered completion's latency since the last reset, by start, in epoch
+        seconds: where a run's LM calls fell in time, for a benchmark that splits its wall."""
+        return [tuple(call) for call in self._request("GET", "/timeline")["calls"]]
+
     # ---- clients -------------------------------------------------------- #
 
     def warm_up(self, **kw: Any) -> None:

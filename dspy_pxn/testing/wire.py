@@ -78,12 +78,14 @@ class CallStats:
         self.reset()
 
     def __getstate__(self) -> dict:
-        """Picklable (a program logged as an MLflow model carries its LM): the copy gets its own lock."""
-        return {key: value for key, value in self.__dict__.items() if key != "_lock"}
+        """Picklable (a program logged as an MLflow model carries its LM): the copy gets its own lock, and
+        starts its own timeline (a logged model does not carry the calls of the run that logged it)."""
+        return {key: value for key, value in self.__dict__.items() if key not in ("_lock", "_timeline")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._timeline = []
 
     def reset(self) -> None:
         """Zero counters; peaks restart from what is in flight now, so they stay truthful."""
@@ -92,6 +94,7 @@ class CallStats:
             self._max = dict(self._in_flight)
             self._max_total = sum(self._in_flight.values())
             self._tokens = {"prompt": 0, "completion": 0}
+            self._timeline: list[tuple[str, float, float]] = []
 
     @contextmanager
     def track(self, kind: str) -> Iterator[None]:
@@ -100,11 +103,19 @@ class CallStats:
             self._in_flight[kind] = self._in_flight.get(kind, 0) + 1
             self._max[kind] = max(self._max.get(kind, 0), self._in_flight[kind])
             self._max_total = max(self._max_total, sum(self._in_flight.values()))
+        started = time.time()
         try:
             yield
         finally:
             with self._lock:
                 self._in_flight[kind] -= 1
+                self._timeline.append((kind, started, time.time()))
+
+    def timeline(self) -> list[tuple[str, float, float]]:
+        """(kind, start, end) of every tracked call since the last reset, by its start; epoch seconds
+        (``time.time``), so a client in another process can place them among its own events."""
+        with self._lock:
+            return sorted(self._timeline, key=lambda call: call[1])
 
     def bill(self, prompt_tokens: int, completion_tokens: int) -> None:
         """Tokens of an answered call, as a provider bills them."""
