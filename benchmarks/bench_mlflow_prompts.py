@@ -183,9 +183,9 @@ def tracking_store(directory: Path, tracing: bool, server: bool = False) -> Iter
 
 def instrument(optimizer: Any, counter: CallCounter, marks: dict[str, float]) -> list[tuple[int, float]]:
     """Clock the optimizer's own part of the call (``marks``: start, end, the start in epoch seconds, predict_fn
-    calls before it) and each
-    candidate evaluation it asks for: the returned list fills with (rows, seconds) per eval_fn call. The eval_fn
-    the optimizer gets is MLflow's, wrapped (``functools.wraps``: MLflow's own is its ``__wrapped__``)."""
+    calls before it) and each candidate evaluation it asks for: the returned list fills with (rows, seconds) per
+    eval_fn call. The eval_fn the optimizer gets is MLflow's, wrapped (``functools.wraps``: MLflow's own is its
+    ``__wrapped__``)."""
     optimize, evaluations = optimizer.optimize, []
 
     def timed_optimize(eval_fn: Callable[..., Any] | None, *rest: Any, **kw: Any) -> Any:
