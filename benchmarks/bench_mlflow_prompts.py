@@ -107,13 +107,16 @@ class CallCounter:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.calls = 0
         self.rows: list[tuple[float, float]] = []
+
+    @property
+    def calls(self) -> int:
+        """Calls finished so far (a row is logged as it ends, raised or not)."""
+        with self._lock:
+            return len(self.rows)
 
     @contextmanager
     def row(self) -> Iterator[None]:
-        with self._lock:
-            self.calls += 1
         started = time.time()
         try:
             yield
