@@ -128,6 +128,16 @@ def test_explicit_api_base_skips_the_key_check(monkeypatch):
     assert lm.kwargs["api_base"] == "http://127.0.0.1:9/v1"
 
 
+def test_an_endpoint_leaves_the_providers_key_to_the_engine_or_gets_a_placeholder(monkeypatch):
+    """DSPy's native engine reads an explicit api_key=None as "no credential": with the key in the environment,
+    none is passed; without it, a placeholder (litellm's OpenAI client will not start without one)."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-environment")
+    assert "api_key" not in build_lm("openai/my-model", api_base="http://127.0.0.1:9/v1").kwargs
+    assert "api_key" not in build_lm("openai/my-model", api_base="http://127.0.0.1:9/v1", api_key=None).kwargs
+    monkeypatch.delenv("OPENAI_API_KEY")
+    assert build_lm("openai/my-model", api_base="http://127.0.0.1:9/v1").kwargs["api_key"] == "not-needed"
+
+
 def test_bad_role_and_local_only_kwargs_are_refused(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "x")
     with pytest.raises(LMSpecError, match="role="):

@@ -51,6 +51,9 @@ def _run_options(parser: argparse.ArgumentParser, demo: bool = False) -> None:
                              "with noisy answers that let selection overfit val")
     parser.add_argument("--api-base", help="OpenAI-compatible endpoint for API-model specs (probed before the run)")
     parser.add_argument("--reflection-api-base", help="endpoint for the reflection LM (default: --api-base)")
+    parser.add_argument("--engine", choices=("auto", "litellm"), default="auto",
+                        help="DSPy's LM engine: auto (DSPy's default: its own client where it can, litellm otherwise) "
+                             "or litellm")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per LM call")
     parser.add_argument("--workers", type=int, default=d.get("workers", 16), help="W: concurrent rollouts")
     parser.add_argument("--budget", type=int, default=d.get("budget", 300), help="B: max metric calls")

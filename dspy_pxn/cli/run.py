@@ -119,6 +119,8 @@ def build_role_lm(spec: str, role: str, api_base: str | None, args: argparse.Nam
     from dspy_pxn.local import LocalLMError, build_lm, parse_spec, probe_endpoint
 
     settings: dict[str, Any] = {"timeout": args.timeout, "cache": args.cache, **kw}
+    if args.engine != "auto":  # DSPy's default engine is what a user's own dspy.LM(...) gets
+        settings["engine"] = args.engine
     if api_base and not parse_spec(spec).local:
         probe_endpoint(api_base, flag)
         settings["api_base"] = api_base

@@ -142,15 +142,16 @@ def stop_local_servers() -> None:
 _SERVER_KEYS = ("parallel", "ctx_per_slot", "threads", "reuse", "startup_timeout")
 
 
-def _key_for_endpoint(parsed: LMSpec) -> str | None:
-    """The key to send to an explicit ``api_base``: the provider's key when the environment has
-    one, else a placeholder — a self-hosted OpenAI-compatible server usually needs none, but
-    litellm's OpenAI client refuses to start without one."""
+def _needs_placeholder_key(parsed: LMSpec) -> bool:
+    """Whether an explicit ``api_base`` needs a placeholder key: when the environment has none for the provider.
+    A self-hosted OpenAI-compatible server usually needs none, but litellm's OpenAI client refuses to start
+    without one. When the environment has one, no ``api_key`` is passed at all: each engine then reads the
+    environment itself (DSPy's native engine takes an explicit ``api_key=None`` as "no credential")."""
     try:
         check_api_key(parsed, {})
     except LMSpecError:
-        return "not-needed"
-    return None
+        return True
+    return False
 
 
 def build_lm(spec: str, role: Role = "task", **kw: Any):  # -> dspy.LM
@@ -174,8 +175,10 @@ def build_lm(spec: str, role: Role = "task", **kw: Any):  # -> dspy.LM
         for k in _SERVER_KEYS + ("grammar",):
             if k in settings:
                 raise LMSpecError(f"{k}= applies only to local LMs, not to {parsed.model!r}: drop it")
-        if settings.get("api_base") and not settings.get("api_key"):
-            settings["api_key"] = _key_for_endpoint(parsed)
+        if settings.get("api_key", "") is None:
+            del settings["api_key"]  # None means "from the environment", which each engine reads only if unset
+        if settings.get("api_base") and not settings.get("api_key") and _needs_placeholder_key(parsed):
+            settings["api_key"] = "not-needed"
         check_api_key(parsed, settings)
         import dspy
 
