@@ -107,6 +107,30 @@ def test_demo_defaults_are_the_embedded_models():
     assert args.lm == "local" and args.reflection_lm.startswith("local") and args.budget <= 60
 
 
+def test_optimize_runs_the_librarys_defaults_and_its_help_says_them(capsys):
+    """A flag left unset is BatchedGEPA's own default (not a second one of the command line's), and --help says it."""
+    import dspy
+
+    from dspy_pxn import BatchedGEPA
+    from dspy_pxn.cli import build_parser
+    from dspy_pxn.cli.run import make_optimizer
+    from dspy_pxn.cli.tasks import Task
+
+    args = build_parser().parse_args(["optimize", "sim", "--no-mlflow"])
+    task = Task("sim", None, lambda gold, pred, trace=None: 1.0, [], [], [])
+    with dspy.context(lm=dspy.LM("openai/x", api_key="x")):
+        ours = make_optimizer(args, task, None, args.p, args.n, "unused", None).settings
+        library = BatchedGEPA(metric=task.metric).settings
+    for name in ("p", "n", "reflection_minibatch_size", "num_threads", "max_metric_calls", "auto", "selection",
+                 "schedule"):
+        assert getattr(ours, name) == getattr(library, name), name
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["optimize", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert f"(default: {library.p}, BatchedGEPA's)" in help_text and f"(default: {library.n}, BatchedGEPA's)" in help_text
+    assert "default: auto='light'" in help_text and "default: DSPy's num_threads" in help_text
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -18,6 +18,7 @@ from dspy_pxn.cli.plan import (
 )
 from dspy_pxn.cli.run import DEFAULT_TIMEOUT_S, DEMO_DEFAULTS, demo_command, optimize_command, sweep_command
 from dspy_pxn.cli.tasks import TASKS, parents_flag
+from dspy_pxn.width import AUTO
 
 
 class FormerFlag(argparse.Action):
@@ -55,9 +56,13 @@ def _run_options(parser: argparse.ArgumentParser, demo: bool = False) -> None:
                         help="DSPy's LM engine: auto (DSPy's default: its own client where it can, litellm otherwise) "
                              "or litellm")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per LM call")
-    parser.add_argument("--workers", type=int, default=d.get("workers", 16), help="W: concurrent rollouts")
-    parser.add_argument("--budget", type=int, default=d.get("budget", 300), help="B: max metric calls")
-    parser.add_argument("--minibatch-size", type=int, default=d.get("minibatch_size", 3), help="reflection minibatch")
+    parser.add_argument("--workers", type=int, default=d.get("workers"),
+                        help="W: concurrent rollouts (default: DSPy's num_threads, 8 unless configured)")
+    parser.add_argument("--budget", type=int, default=d.get("budget"),
+                        help="B: max metric calls (default: auto='light', dspy.GEPA's preset for the program and "
+                             "valset)")
+    parser.add_argument("--minibatch-size", type=int, default=d.get("minibatch_size"),
+                        help="reflection minibatch (default: BatchedGEPA's, 3)")
     parser.add_argument("--selection", help="all | best | merge | merge+best | k (top-k): which improving children "
                                             "are validated (default: all at one proposal per step, merge above)")
     parser.add_argument("--schedule", choices=("steps", "async"),
@@ -95,9 +100,10 @@ def _run_options(parser: argparse.ArgumentParser, demo: bool = False) -> None:
 def add_run_commands(commands: Any) -> None:
     optimize = commands.add_parser("optimize", help="optimize a task program with BatchedGEPA")
     optimize.add_argument("task", help=f"one of {', '.join(TASKS)}")
-    optimize.add_argument("--p", type=parents_flag, default=2,
-                          help="parents per step, or 'auto': as many proposals in flight as --workers, within the budget")
-    optimize.add_argument("--n", type=int, default=2, help="mutations per parent")
+    optimize.add_argument("--p", type=parents_flag, default=AUTO,
+                          help="parents per step, or 'auto': as many proposals in flight as --workers, within the "
+                               "budget (default: %(default)s, BatchedGEPA's)")
+    optimize.add_argument("--n", type=int, default=1, help="mutations per parent (default: %(default)s, BatchedGEPA's)")
     optimize.add_argument("--corpus", help="hover: JSONL passages to search (BM25 index built beside it once)")
     _run_options(optimize)
     optimize.set_defaults(handler=optimize_command)

@@ -34,9 +34,10 @@ def make_optimizer(args: argparse.Namespace, task: Task, reflection_lm: Any, p: 
     tracker = MlflowTracker(args.tracking_uri, args.experiment or f"dspy-pxn-{task.name}",
                             run_name or f"{task.name}-{p}x{n}", (("task", task.name),),
                             registered_model_name=registered_model_name) if tracked(args) else False
+    given = {"reflection_minibatch_size": args.minibatch_size}  # BatchedGEPA's own default where the flag is unset
     return BatchedGEPA(
         metric=task.metric, p=p, n=n, max_metric_calls=args.budget, num_threads=args.workers,
-        reflection_lm=reflection_lm, reflection_minibatch_size=args.minibatch_size, seed=args.seed,
+        reflection_lm=reflection_lm, seed=args.seed, **{name: value for name, value in given.items() if value is not None},
         selection=parse_selection(args.selection) if args.selection else None, schedule=args.schedule,
         log_dir=log_dir,
         # Small models often break DSPy's output format; the reflector must see that to fix it.
@@ -62,18 +63,35 @@ def seed_test_score(task: Task, workers: int) -> float | None:
 def run_one(args: argparse.Namespace, task: Task, reflection_lm: Any, p: int, n: int, log_dir: str,
             out: TextIO, run_name: str | None = None, registered_model_name: str | None = None) -> RunOutcome:
     optimizer = make_optimizer(args, task, reflection_lm, p, n, log_dir, out, run_name, registered_model_name)
-    print(f"{task.name} {p}×{n}: W={args.workers}, budget {args.budget} metric calls, |train|={len(task.train)}, "
+    budget = f"budget {args.budget} metric calls" if args.budget else "budget auto='light'"
+    print(f"{task.name} {p}×{n}: W={workers(args)}, {budget}, |train|={len(task.train)}, "
           f"|val|={len(task.val)}, |test|={len(task.test)}; validating the seed program ...", file=out, flush=True)
     best = optimizer.compile(task.program, trainset=task.train, valset=task.val, testset=task.test or None)
     results = best.detailed_results
     # No candidate beat the seed: the returned program is the seed, so one test score serves both
     # (a second evaluation would only measure the LM's nondeterminism, and cost the time again).
-    seed_test = results.test_score if results.best_idx == 0 else seed_test_score(task, args.workers)
+    seed_test = results.test_score if results.best_idx == 0 else seed_test_score(task, workers(args))
     program_path = os.path.join(log_dir, "program.json")
     best.save(program_path)
     uri = (args.tracking_uri or _default_uri()) if tracked(args) else None
     experiment = getattr(optimizer.settings.tracker, "experiment", None)
     return RunOutcome(best, seed_test, program_path, uri, experiment, *logged_run(uri, results.mlflow_run_id))
+
+
+def default_of(argument: str) -> Any:
+    """BatchedGEPA's default for ``argument``: what the command line runs where its flag is not given."""
+    import inspect
+
+    from dspy_pxn import BatchedGEPA
+
+    return inspect.signature(BatchedGEPA.__init__).parameters[argument].default
+
+
+def workers(args: argparse.Namespace) -> int:
+    """W: ``--workers``, else DSPy's ``num_threads``, as BatchedGEPA reads it."""
+    import dspy
+
+    return args.workers or dspy.settings.num_threads or 1
 
 
 def tracked(args: argparse.Namespace) -> bool:
@@ -162,10 +180,11 @@ def _prepare(args: argparse.Namespace, resources: contextlib.ExitStack) -> tuple
     task = load_task(args)
     from dspy_pxn.strategies import BudgetGuard
 
-    smallest = BudgetGuard(args.budget, len(task.val), args.minibatch_size).smallest_budget()
-    if args.budget < smallest:
+    minibatch = args.minibatch_size or default_of("reflection_minibatch_size")
+    smallest = BudgetGuard(args.budget or 1, len(task.val), minibatch).smallest_budget()
+    if args.budget is not None and args.budget < smallest:
         raise UsageError(f"--budget {args.budget} cannot pay for one step: the seed's validation ({len(task.val)}) "
-                         f"plus one proposal screened on 2x{args.minibatch_size} examples and validated "
+                         f"plus one proposal screened on 2x{minibatch} examples and validated "
                          f"({len(task.val)}) needs {smallest}; raise --budget to at least {smallest} or lower "
                          "--val-size.")
     if args.lm is None:
