@@ -90,6 +90,18 @@ def test_a_reflection_cap_holds_the_reflection_lm_alone(server, schedule, engine
     assert billed(stats, "sim-priced-task") > 0
 
 
+def test_the_mlflow_prompt_optimizer_takes_the_reflection_cap_by_the_same_name():
+    """One name for one thing: gepa's ``max_reflection_cost`` in ``gepa_kwargs``, on both optimizers."""
+    pytest.importorskip("mlflow")
+    from dspy_pxn.tracking import BatchedGepaPromptOptimizer
+
+    optimizer = BatchedGepaPromptOptimizer(reflection_model=dspy.LM("openai/gpt-4.1-mini", api_key="x"),
+                                           max_metric_calls=300, gepa_kwargs={"max_reflection_cost": 2.5})
+    assert optimizer._checked.max_reflection_cost_usd == 2.5
+    with pytest.raises(TypeError, match="max_reflection_cost_usd"):
+        BatchedGepaPromptOptimizer(reflection_model="openai:/gpt-4.1-mini", max_reflection_cost_usd=2.5)
+
+
 def test_gepas_max_reflection_cost_is_the_same_cap():
     optimizer = BatchedGEPA(metric=sim.metric, reflection_lm=sim.SimulatedLM(), max_metric_calls=100,
                             gepa_kwargs={"max_reflection_cost": 2.5})

@@ -61,7 +61,9 @@ class BatchedGepaPromptOptimizer(_base()):  # type: ignore[misc]
         gepa_kwargs: gepa.optimize's arguments, as for MLflow's optimizer: ``seed``, ``reflection_minibatch_size``,
             ``candidate_selection_strategy``, ``use_merge``, ``max_merge_invocations``, ``skip_perfect_score``,
             ``perfect_score``, ``module_selector`` and ``reflection_prompt_template`` keep their meaning; gepa's
-            ``callbacks`` and ``stop_callbacks`` are heard.
+            ``callbacks`` and ``stop_callbacks`` are heard; ``max_reflection_cost`` caps the dollars of reflection
+            calls (gepa's name for it, as for ``BatchedGEPA``; predict_fn's own LM calls are the user's: the run
+            does not see their cost).
         p: Parents per step. Default: one pipeline per row in flight (``num_threads // n``), within what
             leaves the budget ``PROMPT_VALIDATION_WINDOWS`` validation windows. ``"auto"`` is ``BatchedGEPA``'s
             rule (five windows), which runs narrower at MLflow's budgets.
@@ -71,15 +73,13 @@ class BatchedGepaPromptOptimizer(_base()):  # type: ignore[misc]
         schedule: ``"steps"`` or ``"async"``, as ``BatchedGEPA``'s (default: chosen with the width).
         selection: Which improving children are validated, as ``BatchedGEPA``'s (default: with the width).
         max_wall_s: A deadline for the search, in seconds.
-        max_reflection_cost_usd: A dollar cap on reflection calls (predict_fn's LM calls are the user's: the
-            run does not see their cost).
     """
 
     def __init__(self, reflection_model: str | dspy.BaseLM, max_metric_calls: int = 100,
                  display_progress_bar: bool = False, gepa_kwargs: dict[str, Any] | None = None, *,
                  p: int | Literal["auto"] | None = None, n: int = 1, num_threads: int | None = None,
                  schedule: Literal["steps", "async"] | None = None, selection: Any = None,
-                 max_wall_s: float | None = None, max_reflection_cost_usd: float | None = None):
+                 max_wall_s: float | None = None):
         self.reflection_model = reflection_model
         self.max_metric_calls = max_metric_calls
         self.display_progress_bar = display_progress_bar
@@ -95,8 +95,6 @@ class BatchedGepaPromptOptimizer(_base()):  # type: ignore[misc]
         for key in ("max_metric_calls", "use_mlflow", "reflection_lm"):
             rest.pop(key, None)  # the optimizer's own arguments, or MLflow's
         rest["display_progress_bar"] = display_progress_bar  # gepa's bar, in gepa's step loop
-        if max_reflection_cost_usd is not None:
-            rest["max_reflection_cost"] = max_reflection_cost_usd
         self.p = p
         self._optimizer_args = dict(n=n, schedule=schedule, selection=selection, max_wall_s=max_wall_s, **ours)
         self._gepa_rest = rest
