@@ -26,7 +26,7 @@ from dspy.teleprompt.gepa.gepa_flex_utils import _metric_scoring_kwargs
 from dspy.utils.exceptions import AdapterParseError
 
 from dspy_pxn import checks
-from dspy_pxn.ledger.ledger import BilledTracker, RunLedger
+from dspy_pxn.ledger.ledger import RUNNING_PROGRAM, BilledTracker, RunLedger
 from dspy_pxn.memo import lru_memo
 
 logger = logging.getLogger(__name__)
@@ -250,9 +250,10 @@ def call_program(program: Any, inputs: dict[str, Any]) -> Any:
     """
     ledger = dspy.settings.usage_tracker
     if not (dspy.settings.track_usage and isinstance(ledger, RunLedger)):
-        return program(**inputs)
+        with dspy.context(**{RUNNING_PROGRAM: True}):
+            return program(**inputs)
     rollout = BilledTracker(ledger)
-    with dspy.context(usage_tracker=rollout):
+    with dspy.context(usage_tracker=rollout, **{RUNNING_PROGRAM: True}):
         prediction = program(**inputs)
     attach = getattr(program, "_set_lm_usage", None)  # dspy.Module's own: a Prediction, or (Prediction, trace)
     if callable(attach):

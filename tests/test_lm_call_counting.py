@@ -171,3 +171,41 @@ def test_calls_a_run_returned_without_count_only_if_they_ended_before_it_did():
     assert (tally.counts.calls + tally.counts.abandoned, tally.usage.lm_calls) == (4, 1)
     contexts["open at the end"].run(ledger.call_ended, "open at the end", None)
     assert ledger.tally() == tally
+
+
+
+def judged(judge_lm):
+    """The simulated metric, plus an LLM judge's call on its own LM (as an LLM-as-judge metric makes)."""
+
+    def metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
+        with dspy.context(lm=judge_lm):
+            dspy.Predict("question -> answer")(question="Apply rule zorp to 1.")
+        return sim.metric(gold, pred, trace, pred_name, pred_trace)
+
+    return metric
+
+
+class OwnLMProposer:
+    """A user's instruction proposer that asks its own LM, then proposes what the simulated reflection would."""
+
+    def __init__(self, lm):
+        self.lm = lm
+
+    def __call__(self, candidate, reflective_dataset, components_to_update):
+        with dspy.context(lm=self.lm):
+            dspy.Predict("question -> answer")(question="Apply rule zorp to 2.")
+        return {name: candidate[name] + " Be exact." for name in components_to_update}
+
+
+@pytest.mark.parametrize("schedule", ["steps", "async"])
+def test_a_judge_in_the_metric_and_a_proposers_own_lm_are_not_blamed_on_the_program(splits, caplog, schedule):
+    """Only the program's own calls belong in the "LM the program does not hold" count; the judge's and the
+    proposer's calls are billed (their dollars count), but they are not the program's."""
+    judge_lm, proposer_lm, task_lm = sim.SimulatedLM(), sim.SimulatedLM(), sim.SimulatedLM()
+    with dspy.context(lm=task_lm), caplog.at_level(logging.WARNING, logger="dspy_pxn"):
+        best, _ = compile_sim(sim.seed_program(), splits, metric=judged(judge_lm), reflection_lm=sim.SimulatedLM(),
+                              instruction_proposer=OwnLMProposer(proposer_lm), schedule=schedule, **COUNTED)
+    assert calls(judge_lm) > 0 and calls(proposer_lm) > 0
+    assert not any("does not hold" in r.getMessage() for r in caplog.records)
+    assert best.detailed_results.usage.lm_calls >= calls(task_lm) + calls(judge_lm) + calls(proposer_lm) - (
+        best.detailed_results.lm_call_counts.abandoned)

@@ -27,6 +27,10 @@ logger = logging.getLogger(__name__)
 # The DSPy setting a reflection or sibling merge sets around its LM calls: the reflection LM may be
 # the task LM, so the object alone does not say which budget a call is charged to.
 REFLECTING = "dspy_pxn_reflecting"
+# The DSPy setting a rollout sets around the program's own call (``rollout.call_program``): a billed call the run did
+# not hear start is the program's unheld LM only there, not a metric's judge or a custom proposer's own LM. A DSPy
+# setting, not a context variable, so it reaches the threads a program's ``dspy.Parallel`` starts.
+RUNNING_PROGRAM = "dspy_pxn_running_program"
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,7 @@ class Tally:
     retries: int = 0
     failures: int = 0
     billed: int = 0  # calls whose usage was billed (a cache hit is not), whatever LM made them
-    unheld: int = 0  # billed calls of LMs the run does not hold: no start or end was heard
+    unheld: int = 0  # billed calls the program made with LMs the run does not hold: no start or end was heard
     prompt_tokens: int = 0
     completion_tokens: int = 0
     task_usd: float = 0.0
@@ -267,9 +271,10 @@ class RunLedger(BilledTracker):
                 return
             handed_up = call is None and self._handed_up_later > 0
             self._handed_up_later -= handed_up
+            unheld = call is None and not handed_up and bool(dspy.settings.get(RUNNING_PROGRAM, False))
             t = self._tally
             self._tally = replace(
-                t, billed=t.billed + 1, unheld=t.unheld + (call is None and not handed_up),
+                t, billed=t.billed + 1, unheld=t.unheld + unheld,
                 prompt_tokens=t.prompt_tokens + prompt, completion_tokens=t.completion_tokens + completion,
                 unpriced=t.unpriced + (price is None),
                 task_usd=t.task_usd + (0.0 if reflection else cost),
