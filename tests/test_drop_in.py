@@ -327,3 +327,24 @@ def test_a_metric_with_no_usable_score_on_the_seed_is_an_error_after_its_validat
             BatchedGEPA(metric=words, max_metric_calls=30).compile(sim.seed_program(), trainset=splits.train,
                                                                    valset=splits.val[:6])
     assert lm.stats()["calls"]["total"] == 6  # the seed's validation, and nothing after it
+
+
+def _files_in(log_dir) -> set[str]:
+    """What a run left in its log_dir: file and folder names at the top (the per-example output files inside
+    gepa's folders are named by iteration, which the schedules number alike but not identically)."""
+    return {entry.name for entry in log_dir.iterdir()}
+
+
+@pytest.mark.parametrize("width", [{"p": 1, "n": 1}, {"p": 4, "n": 1}, {"p": 2, "n": 2, "schedule": "steps"}])
+def test_log_dir_holds_what_dspy_gepa_writes_there_at_every_width(task_lm, splits, tmp_path, width):
+    """gepa's engine writes its candidate tree as each candidate joins; the asynchronous schedule adds candidates
+    itself, and writes it too."""
+    runs = {}
+    for name, optimizer, extra in (("dspy.GEPA", dspy.GEPA, {"track_stats": True}), ("ours", BatchedGEPA, width)):
+        log_dir = tmp_path / name
+        optimizer(metric=sim.metric, max_metric_calls=150, reflection_lm=sim.SimulatedLM(), num_threads=4,
+                  log_dir=str(log_dir), **extra).compile(sim.seed_program(), trainset=splits.train, valset=splits.val)
+        runs[name] = _files_in(log_dir)
+    assert "candidate_tree.html" in runs["dspy.GEPA"]
+    assert runs["dspy.GEPA"] <= runs["ours"], runs["dspy.GEPA"] - runs["ours"]
+    assert (tmp_path / "ours" / "candidate_tree.html").read_text().count("<") > 10

@@ -16,6 +16,7 @@ never run concurrently.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -208,7 +209,21 @@ class Windows(StepListener):
                 joined.append((proposal, index))
             self.accepted_in_window = True
             self._end()
+            self._write_candidate_tree()
         return joined
+
+    def _write_candidate_tree(self) -> None:
+        """gepa's candidate tree in ``log_dir``, rewritten as each candidate joins, as gepa's engine writes it."""
+        log_dir = self.run.settings.log_dir
+        if log_dir is None:
+            return
+        try:
+            from gepa.visualization import candidate_tree_html
+
+            with open(os.path.join(log_dir, "candidate_tree.html"), "w") as tree:
+                tree.write(candidate_tree_html(self.state))
+        except Exception as error:  # noqa: BLE001 - as gepa's engine: a picture never stops the search
+            logger.warning("Could not write the candidate tree to %s: %s", log_dir, error)
 
     def _validated(self, index: int, proposal: CandidateProposal, evaluation: ValsetEvaluation,
                    front_before: set[int]) -> None:
