@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import difflib
 import logging
+import re
 import time
+import zlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -65,15 +67,79 @@ class MergeImprovements(dspy.Signature):
 CHANGES_HEADER = "It changed the instruction it was written from as follows (- removed, + added):"
 
 
-def changes(before: str, after: str) -> str:
-    """The lines a rewrite removed and added: its lesson, without what it inherited.
+# A sentence: up to its end mark and the spaces after it, or up to the end of its line (the newline kept).
+SENTENCE = re.compile(r"[^\n]*?(?:[.!?](?=\s)\s*|\n|$)")
+WORD = re.compile(r"\S+\s*|\s+")
+# Text this long (a run-on sentence, a rewritten paragraph) is compared in runs of about RUN_WORDS words, and a
+# changed stretch this long (up to REWRITTEN_CHARS) again word by word.
+LONG_CHANGE_CHARS = 400
+RUN_WORDS = 12
+# A changed stretch longer than this was rewritten, not edited: it is shown whole.
+REWRITTEN_CHARS = 2000
 
-    A rewrite of an older candidate also carries that candidate's text, which the pool's
-    best may since have corrected; showing the merge only the changes keeps old text from
-    outvoting new lessons.
+
+def changes(before: str, after: str) -> str:
+    """What a rewrite removed and added (``- `` and ``+ `` lines): its lesson, without what it inherited.
+
+    A rewrite of an older candidate also carries that candidate's text, which the pool's best may since have
+    corrected; showing the merge only the changes keeps old text from outvoting new lessons. The texts are
+    compared sentence by sentence, and a long changed stretch again word by word, never character by
+    character: GEPA's instructions grow to thousands of characters, often on one line, and a character diff of
+    two such lines takes seconds and shows the merge whole texts, where this shows what changed in milliseconds
+    (the common start and end are set aside first, in one pass, so a rewrite that adds or edits a passage costs
+    time in proportion to the text).
     """
-    lines = difflib.ndiff(before.splitlines(), after.splitlines())
-    return "\n".join(line for line in lines if line.startswith(("- ", "+ ")))
+    lines: list[str] = []
+    for removed, added in _changed(units(before), units(after)):
+        if LONG_CHANGE_CHARS < max(len(removed), len(added)) <= REWRITTEN_CHARS:
+            pairs = _changed(_pieces(WORD, removed), _pieces(WORD, added))
+        else:
+            pairs = [(removed, added)]
+        for old, new in pairs:
+            lines.extend(f"- {line.strip()}" for line in old.splitlines() if line.strip())
+            lines.extend(f"+ {line.strip()}" for line in new.splitlines() if line.strip())
+    return "\n".join(lines)
+
+
+def _pieces(pattern: re.Pattern[str], text: str) -> list[str]:
+    """``text`` cut into pieces that join back into it."""
+    return [piece for piece in pattern.findall(text) if piece]
+
+
+def units(text: str) -> list[str]:
+    """``text`` cut into sentences, and a sentence too long to be one change (a run-on instruction) into runs of
+    words that end where a word's content says (about one word in ``RUN_WORDS``), so an insertion anywhere leaves
+    the runs after it as they were. The pieces join back into the text."""
+    out: list[str] = []
+    for sentence in _pieces(SENTENCE, text):
+        if len(sentence) <= LONG_CHANGE_CHARS:
+            out.append(sentence)
+            continue
+        run: list[str] = []
+        for word in _pieces(WORD, sentence):
+            run.append(word)
+            if zlib.crc32(word.strip().encode()) % RUN_WORDS == 0:
+                out.append("".join(run))
+                run = []
+        if run:
+            out.append("".join(run))
+    return out
+
+
+def _changed(old: list[str], new: list[str]) -> list[tuple[str, str]]:
+    """(removed, added) text of each stretch where ``new`` differs from ``old``, pieces compared without their
+    trailing space."""
+    start = 0
+    while start < min(len(old), len(new)) and old[start].rstrip() == new[start].rstrip():
+        start += 1
+    end = 0
+    while end < min(len(old), len(new)) - start and old[-1 - end].rstrip() == new[-1 - end].rstrip():
+        end += 1
+    old_middle, new_middle = old[start:len(old) - end], new[start:len(new) - end]
+    matcher = difflib.SequenceMatcher(None, [p.rstrip() for p in old_middle], [p.rstrip() for p in new_middle],
+                                      autojunk=False)
+    return [("".join(old_middle[i1:i2]), "".join(new_middle[j1:j2]))
+            for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"]
 
 
 @dataclass(frozen=True)

@@ -168,3 +168,44 @@ def test_a_merge_that_adds_nothing_to_the_pool_gives_way_to_the_best_child():
     assert [h for h in reflection_lm.history if "merged_instruction" in str(h["messages"])]  # the merge was asked
     assert len(selected) == 1 and selected[0].candidate == {"predict": children[0]}  # the best child, untouched
     assert selected[0].tag != "sibling_merge" and selected[0].parent_program_ids == [1]
+
+
+def _long_instruction(sentences: int, seed: int = 0) -> str:
+    import random
+
+    rng = random.Random(seed)
+    vocabulary = [f"{stem}{i}" for i, stem in enumerate(["rule", "number", "answer", "step", "check"] * 400)]
+    return " ".join(" ".join(rng.choice(vocabulary) for _ in range(rng.randint(8, 20))).capitalize() + "."
+                    for _ in range(sentences))
+
+
+def test_the_changes_of_a_long_one_line_instruction_are_what_changed_and_take_milliseconds():
+    """GEPA's instructions grow to thousands of characters on one line: the diff compares sentences (a run-on
+    sentence in runs of words), not characters, and shows the merge the changed sentence, not both texts."""
+    import time
+
+    from dspy_pxn.merge import changes, render_rewrites
+
+    before = _long_instruction(250)
+    assert len(before) > 20_000 and "\n" not in before
+    edited = before.split(". ")
+    edited[120] = "Zorp maps x to 3*x + 1"
+    after = ". ".join(edited) + " Always show the rule you applied."
+    run_on = before.replace(".", "")  # no sentence ends at all
+    run_on_after = run_on[:10_000] + " zorp(x) = 3*x + 1 " + run_on[10_000:]
+    started = time.perf_counter()
+    shown = changes(before, after)
+    shown_run_on = changes(run_on, run_on_after)
+    prompt = render_rewrites([("0/8 -> 1/8", shown, "feedback")] * 3)
+    elapsed = time.perf_counter() - started
+    assert elapsed < 0.25, elapsed  # a character diff (difflib.ndiff) of these took 2 s per rewrite
+    assert "+ Zorp maps x to 3*x + 1." in shown and "+ Always show the rule you applied." in shown
+    assert len(shown) < 600 and len(prompt) < 2_000
+    assert "zorp(x) = 3*x + 1" in shown_run_on and len(shown_run_on) < 800
+
+
+def test_the_changes_ignore_where_a_line_ends():
+    from dspy_pxn.merge import changes
+
+    assert changes("a\nzorp(x) = 3*x + 4", "a\nzorp(x) = 3*x + 4\nblick(x) = x*x - 2") == "+ blick(x) = x*x - 2"
+    assert changes("Line one. Line two.\nBullet", "Line one. Line 2.\nBullet") == "- Line two.\n+ Line 2."
