@@ -31,8 +31,10 @@ class BatchedAdapter(PooledAdapter, DspyAdapter):
 
     _DRIVER_ONLY = (*PooledAdapter._DRIVER_ONLY, "rollouts")
 
-    def __init__(self, *args: Any, pool: WorkerPool, events: StepEvents | None = None, **kwargs: Any):
+    def __init__(self, *args: Any, pool: WorkerPool, events: StepEvents | None = None,
+                 reflection_examples: int | None = None, **kwargs: Any):
         DspyAdapter.__init__(self, *args, **kwargs)
+        self.reflection_examples = reflection_examples  # rows of a screening reflection reads (None: all)
         self.start_pooling(pool, events)
         self.rollouts = self._rollout_function()
 
@@ -58,6 +60,14 @@ class BatchedAdapter(PooledAdapter, DspyAdapter):
 
     def check_first_evaluation(self, results: list[RolloutResult], examples: list[Any]) -> None:
         check_seed_validation(results, examples, self.metric_fn)
+
+    def make_reflective_dataset(self, candidate: dict[str, str], eval_batch: EvaluationBatch,
+                                components_to_update: list[str]) -> dict[str, Any]:
+        """dspy's reflective dataset, of the rows reflection reads (``for_reflection``)."""
+        return DspyAdapter.make_reflective_dataset(self, candidate, self.for_reflection(eval_batch), components_to_update)
+
+    def trajectory_rows(self, evaluation: EvaluationBatch) -> list[int]:
+        return [trajectory["example_ind"] for trajectory in evaluation.trajectories or []]
 
     def propose(self, candidate: dict[str, str], reflective_dataset: Any, components: list[str]) -> dict[str, str]:
         """dspy.GEPA's own proposers (instruction and dspy.Flex code), its prompts and parsing."""

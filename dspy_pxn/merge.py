@@ -25,18 +25,21 @@ import re
 import time
 import zlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import dspy
 from gepa.core.state import GEPAState
 from gepa.proposer.base import CandidateProposal
+from dspy.utils.exceptions import AdapterParseError
 from gepa.strategies.acceptance import AcceptanceCriterion
+from gepa.strategies.instruction_proposal import InstructionProposalSignature
 
 from dspy_pxn.ledger.ledger import REFLECTING
 from dspy_pxn.events import StepEvents
 from dspy_pxn.pools import WorkerPool
-from dspy_pxn.reflection import FEEDBACK_KEY
+from dspy_pxn.reflection import DATASET_KEY, FEEDBACK_KEY, first_text
 from dspy_pxn.strategies import best_program, improvement
 
 logger = logging.getLogger(__name__)
@@ -193,28 +196,128 @@ def _feedback(proposal: CandidateProposal, component: str) -> str:
     return str((proposal.metadata or {}).get(FEEDBACK_KEY, {}).get(component, ""))
 
 
+class MergeUnwritten(Exception):
+    """No reply to a sibling merge could be read as an instruction, in any form this run asks for it."""
+
+
+# How a merge is asked for: one function per reply format, (LM, current instruction, the rewrites as shown) -> text.
+MergeFormat = Callable[[dspy.BaseLM, str, str], str]
+
+
+def merge_as_dspy_fields(lm: dspy.BaseLM, current: str, shown: str) -> str:
+    """The merge as a DSPy signature (``MergeImprovements``): DSPy's chat format, which falls back to JSON itself."""
+    try:
+        with dspy.context(lm=lm, **{REFLECTING: True}):
+            reply = dspy.Predict(MergeImprovements)(current_instruction=current, improved_instructions=shown)
+    except AdapterParseError as error:
+        raise MergeUnwritten(f"DSPy's chat and JSON formats: {str(error).splitlines()[0]}") from None
+    return (reply.merged_instruction or "").strip()
+
+
+PLAIN_MERGE_PROMPT = """{task}
+
+The current best instruction:
+```
+{current}
+```
+
+The improving rewrites:
+
+{shown}
+
+Write the new instruction within ``` blocks."""
+
+
+def merge_as_plain_text(lm: dspy.BaseLM, current: str, shown: str) -> str:
+    """The merge as one plain prompt whose reply holds the instruction between ``` marks, as gepa's own reflection
+    prompt asks (and reads it with gepa's own extractor); a reply without them is not read."""
+    prompt = PLAIN_MERGE_PROMPT.format(task=" ".join(MergeImprovements.__doc__.split()), current=current, shown=shown)
+    with dspy.context(**{REFLECTING: True}):
+        reply = first_text(lm(prompt)[0])
+    if reply.count("```") < 2:
+        raise MergeUnwritten("plain text: the reply holds no ``` block")
+    return InstructionProposalSignature.output_extractor(reply)["new_instruction"].strip()
+
+
+MERGE_FORMATS: dict[str, MergeFormat] = {"dspy": merge_as_dspy_fields, "plain": merge_as_plain_text}
+
+
+class PromptedMerge:
+    """The sibling merge written by the reflection LM from our merge prompt, asked in each of ``formats`` in turn
+    until a reply is read (a DSPy program's adapter asks in DSPy's format first, an MLflow prompt's in gepa's
+    plain text first: the format the reflection LM already answers in that run)."""
+
+    def __init__(self, reflection_lm: dspy.BaseLM | None, formats: Sequence[str] = ("dspy", "plain")):
+        self.reflection_lm = reflection_lm
+        self.formats = tuple(formats)
+
+    def __call__(self, component: str, base: dict[str, str], rewrites: list[tuple[str, str, str]],
+                 improving: Sequence[CandidateProposal]) -> str:
+        lm = self.reflection_lm or dspy.settings.lm
+        shown = render_rewrites(rewrites)
+        unread = []
+        for name in self.formats:
+            try:
+                text = MERGE_FORMATS[name](lm, base[component], shown)
+            except MergeUnwritten as error:
+                unread.append(str(error))
+                continue
+            if text:
+                return text
+            unread.append(f"{name}: an empty instruction")
+        raise MergeUnwritten("; ".join(unread))
+
+
+class ProposerMerge:
+    """The sibling merge written by a user's own proposer, as one more reflection: the pool's best candidate
+    rewritten from every improving child's reflective dataset (the feedback each lesson was learned from). No
+    prompt of ours reaches an LM: every instruction the run validates is one the proposer wrote."""
+
+    def __init__(self, reflection: Any):  # a PooledReflection (its ``propose``)
+        self.reflection = reflection
+
+    def __call__(self, component: str, base: dict[str, str], rewrites: list[tuple[str, str, str]],
+                 improving: Sequence[CandidateProposal]) -> str:
+        dataset = [item for proposal in improving
+                   for item in ((proposal.metadata or {}).get(DATASET_KEY) or {}).get(component, [])]
+        proposal = self.reflection.propose((dict(base), {component: dataset}, [component]))
+        text = (proposal.new_texts or {}).get(component)
+        if not text:
+            raise MergeUnwritten(f"the instruction proposer: {(proposal.metadata or {}).get('reflection_error', 'no text')}")
+        return text
+
+
+MergeWriter = Callable[[str, dict[str, str], list[tuple[str, str, str]], Sequence[CandidateProposal]], str]
+
+
 class SiblingMerge:
     """A gepa selection strategy: validate the merge of a step's improving children (and, with
     ``keep_best``, the best child itself, so a merge that lost something cannot cost the step).
 
     The merge is written into the pool's best candidate (``merge``), so even a lone improving child
     is merged when it was rewritten from another candidate; a lone child of the best itself is
-    validated as it is.
+    validated as it is. ``write`` writes one component's merge: our prompt to the reflection LM
+    (``PromptedMerge``), or a user's own proposer (``ProposerMerge``).
+
+    A merge no reply to which can be read (``MergeUnwritten``) would leave every window with one lesson
+    and the search behind the serial one: from then on the run is ``degraded``, the schedules run one
+    proposal at a time, and every improving child is validated, as dspy.GEPA does.
     """
 
     def __init__(
         self,
-        reflection_lm: dspy.BaseLM | None,
+        write: MergeWriter,
         pool: WorkerPool,
         code_components: Sequence[str] = (),
         keep_best: bool = False,
         events: StepEvents | None = None,
     ):
-        self.reflection_lm = reflection_lm
+        self.write = write
         self.pool = pool
         self.code_components = set(code_components)
         self.keep_best = keep_best
         self.events = events or StepEvents()
+        self.degraded = False  # a merge came back unreadable: one proposal at a time from then on
 
     def select(
         self, proposals: list[CandidateProposal], state: GEPAState, acceptance_criterion: AcceptanceCriterion
@@ -222,12 +325,20 @@ class SiblingMerge:
         improving = sorted(
             (p for p in proposals if acceptance_criterion.should_accept(p, state)), key=improvement, reverse=True
         )
+        if self.degraded:
+            return improving  # one proposal at a time validates every improving child
         if not improving:
             return []
         start = time.perf_counter()
         parents = [state.program_candidates[p.parent_program_ids[0]] for p in improving]
         best = best_program(state)
-        merged = self.merge(improving, parents, state.program_candidates[best])
+        try:
+            merged = self.merge(improving, parents, state.program_candidates[best])
+        except MergeUnwritten as unread:
+            self.degraded = True
+            logger.warning("The sibling merge's reply could not be read (%s): from now on the run searches one "
+                           "proposal at a time and validates every improving child, as dspy.GEPA does.", unread)
+            return improving
         if merged == improving[0].candidate:
             return improving[:1]  # one child rewritten from the best itself: it is the merge
         if merged in state.program_candidates:
@@ -256,9 +367,10 @@ class SiblingMerge:
         not on the children's parent, is what turns breadth into depth: the merged candidate keeps
         everything the best one knew and adds what this step's children learned, even when they
         were rewritten from older candidates (the asynchronous schedule's pipelines often are).
+        Raises ``MergeUnwritten`` when a component's merge could not be read.
         """
         merged = dict(base)
-        jobs: list[tuple[str, str, list[tuple[str, str, str]]]] = []
+        jobs: list[tuple[str, list[tuple[str, str, str]], list[CandidateProposal]]] = []
         for component in base:
             changed = [
                 (proposal, parent) for proposal, parent in zip(improving, parents, strict=True)
@@ -277,22 +389,23 @@ class SiblingMerge:
                 (_scores(p), changes(parent[component], p.candidate[component]), _feedback(p, component))
                 for p, parent in changed
             ]
-            jobs.append((component, base[component], rewrites))
-        for component, text in zip((job[0] for job in jobs), self.pool.map_local(self._merge_one, jobs), strict=True):
-            merged[component] = text if text else improving[0].candidate[component]
+            jobs.append((component, rewrites, [p for p, _ in changed]))
+        written = self.pool.map_local(lambda job: self._merge_one(base, *job), jobs)
+        for (component, _, changed), text in zip(jobs, written, strict=True):
+            if isinstance(text, MergeUnwritten):
+                raise text
+            merged[component] = text if text else changed[0].candidate[component]
         return merged
 
-    def _merge_one(self, job: tuple[str, str, list[tuple[str, str, str]]]) -> str | None:
-        component, current, rewrites = job
-        lm = self.reflection_lm or dspy.settings.lm
+    def _merge_one(self, base: dict[str, str], component: str, rewrites: list[tuple[str, str, str]],
+                   changed: list[CandidateProposal]) -> str | MergeUnwritten | None:
+        """One component's merge; None where the call failed (the best rewrite stands for it), the
+        ``MergeUnwritten`` where a reply came back that could not be read."""
         try:
-            with dspy.context(lm=lm, **{REFLECTING: True}):
-                out = dspy.Predict(MergeImprovements)(
-                    current_instruction=current, improved_instructions=render_rewrites(rewrites)
-                )
-            text = (out.merged_instruction or "").strip()
-            return text or None
-        except Exception as error:  # noqa: BLE001 - a failed merge leaves the best child's text
+            return self.write(component, base, rewrites, changed)
+        except MergeUnwritten as unread:
+            return unread
+        except Exception as error:  # noqa: BLE001 - a failed call (a timeout, a provider error) leaves the best rewrite
             logger.warning("Merging %d rewrites of %s failed; keeping the best one: %s: %s",
                            len(rewrites), component, type(error).__name__, error)
             return None

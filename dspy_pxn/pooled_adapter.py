@@ -47,6 +47,9 @@ class PooledAdapter(StepListener):
     propose_new_texts = None  # gepa calls an adapter's proposer one task at a time: PooledReflection owns it
 
     rollouts: Callable[[Task], RolloutResult]  # picklable: a remote pool ships it once per run
+    # The reply formats a sibling merge is asked in, in turn (dspy_pxn.merge.MERGE_FORMATS): the one this adapter's
+    # reflections use first, then the other.
+    MERGE_FORMATS: tuple[str, ...] = ("dspy", "plain")
 
     # Driver-only state: a remote pool ships the adapter without it.
     _DRIVER_ONLY = ("pool", "events", "_lock", "_replays", "_traced_batches", "_step_phase", "checkpoint",
@@ -95,6 +98,24 @@ class PooledAdapter(StepListener):
     def propose(self, candidate: dict[str, str], reflective_dataset: Any, components: list[str]) -> dict[str, str]:
         """One reflection job's new texts, asked of the reflection LM in the current DSPy context."""
         raise NotImplementedError
+
+    def trajectory_rows(self, evaluation: EvaluationBatch) -> list[int]:
+        """The minibatch row each of ``evaluation.trajectories`` belongs to."""
+        raise NotImplementedError
+
+    def for_reflection(self, evaluation: EvaluationBatch) -> EvaluationBatch:
+        """The parent's screening as reflection reads it: its ``reflection_examples`` lowest-scoring rows, where the
+        minibatch is larger (``dspy_pxn.width.screening_minibatch``); the whole evaluation otherwise."""
+        keep = reflection_rows(evaluation.scores, getattr(self, "reflection_examples", None))
+        if keep is None or evaluation.trajectories is None:
+            return evaluation
+        rows = set(keep)
+        trajectories = [t for t, row in zip(evaluation.trajectories, self.trajectory_rows(evaluation), strict=True)
+                        if row in rows]
+        objective = evaluation.objective_scores
+        return EvaluationBatch(outputs=[evaluation.outputs[i] for i in keep], scores=[evaluation.scores[i] for i in keep],
+                               trajectories=trajectories,
+                               objective_scores=[objective[i] for i in keep] if objective is not None else None)
 
     # -- gepa's adapter-state hook: our strategies' state is pickled with gepa's ----------------
     def get_adapter_state(self) -> dict[str, Any]:
@@ -201,6 +222,17 @@ class PooledAdapter(StepListener):
             evaluations.append(self.to_evaluation_batch(candidate, batch, [next(remaining) for _ in batch], capture))
         self.events.evaluated(phase, time.perf_counter() - start, scored, failures)
         return evaluations
+
+
+def reflection_rows(scores: Sequence[float], size: int | None) -> list[int] | None:
+    """The ``size`` lowest-scoring rows (ties: the earlier row), in their order; None when all of them are read.
+
+    The failures are where a metric's feedback says what to change; a row the parent already gets right
+    mostly tells the reflection to keep what it has, which the instruction itself already shows.
+    """
+    if size is None or len(scores) <= size:
+        return None
+    return sorted(sorted(range(len(scores)), key=lambda row: (scores[row], row))[:size])
 
 
 def unique_minibatches(tasks: Sequence[ProposalTask]) -> list[tuple[dict[str, str], list]]:

@@ -81,7 +81,8 @@ class ProgramTarget:
     def lms(self) -> tuple[Any, ...]:
         return dspy.settings.lm, self.student
 
-    def adapter(self, settings: Settings, pool: WorkerPool, events: StepEvents) -> BatchedAdapter:
+    def adapter(self, settings: Settings, pool: WorkerPool, events: StepEvents, reflection_examples: int
+                ) -> BatchedAdapter:
         checks.warn_if_no_timeout("task", dspy.settings.lm)
         return BatchedAdapter(
             student_module=self.student,
@@ -96,9 +97,10 @@ class ProgramTarget:
             custom_instruction_proposer=settings.instruction_proposer,
             custom_code_proposer=settings.code_proposer,
             warn_on_score_mismatch=settings.warn_on_score_mismatch,
-            reflection_minibatch_size=settings.reflection_minibatch_size,
+            reflection_minibatch_size=reflection_examples,
             pool=pool,
             events=events,
+            reflection_examples=reflection_examples,
         )
 
     def result(self, run: Run, gepa_result: GEPAResult, live: Live, stopped_by: str) -> Module:

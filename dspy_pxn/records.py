@@ -21,7 +21,7 @@ from gepa.strategies.proposal_sampling import ProposalTask
 from dspy_pxn.events import Phase, StepListener, override
 from dspy_pxn.ledger.budget import RunShape
 from dspy_pxn.ledger.caps import RunCaps
-from dspy_pxn.ledger.ledger import RunLedger, Tally
+from dspy_pxn.ledger.ledger import RunLedger, Tally, UsageTotals
 from dspy_pxn.ledger.pace import RunPace
 from dspy_pxn.pools import WorkerPool
 from dspy_pxn.strategies import best_program, pareto_front_programs
@@ -56,7 +56,10 @@ class StepRecord:
             the seed's validation included; calls answered from DSPy's cache are not billed), with
             ``prompt_tokens``, ``completion_tokens`` and ``cost_usd`` (None while no price is known
             for the models); ``cost_usd_total`` is the run's so far. The records add up to the run's
-            ``usage`` and ``lm_call_counts``.
+            ``usage`` and ``lm_call_counts``. The same split by who made the calls: ``task_lm_calls``,
+            ``task_prompt_tokens``, ``task_completion_tokens``, ``task_cost_usd`` (the program, its metric) and
+            ``reflection_lm_calls``, ``reflection_prompt_tokens``, ``reflection_completion_tokens``,
+            ``reflection_cost_usd`` (reflections and sibling merges): the bill, as each LM's provider counts it.
         lm_retries: Requests sent again after a failed attempt (a 429, a 5xx, a timeout), None where
             DSPy does not tell them; ``lm_failures``: calls that failed after their last retry. The
             steps' retries add up to the run's (``lm_call_counts.retries``).
@@ -110,6 +113,14 @@ class StepRecord:
     wall_s_left: float | None = None
     time_left_s: float | None = None
     time_left_budget: str | None = None
+    task_lm_calls: int = 0
+    task_prompt_tokens: int = 0
+    task_completion_tokens: int = 0
+    task_cost_usd: float | None = None
+    reflection_lm_calls: int = 0
+    reflection_prompt_tokens: int = 0
+    reflection_completion_tokens: int = 0
+    reflection_cost_usd: float | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -144,6 +155,18 @@ class StepRecord:
 
 # Fields logged under other names by earlier versions: the sibling merge's were "merged" and "merge_s".
 RENAMED_FIELDS = {"merged": "sibling_merged", "merge_s": "sibling_merge_s"}
+
+
+def bill(step: UsageTotals, run: UsageTotals) -> dict[str, int | float | None]:
+    """A StepRecord's bill fields: the step's calls, tokens and dollars of the task and of reflection (a role's
+    dollars are 0.0 in a step without its calls once the run knows its price, None while it does not)."""
+    fields = {}
+    for role in ("task", "reflection"):
+        mine, known = getattr(step, role), getattr(run, role).cost_usd is not None
+        fields.update({f"{role}_lm_calls": mine.lm_calls, f"{role}_prompt_tokens": mine.prompt_tokens,
+                       f"{role}_completion_tokens": mine.completion_tokens,
+                       f"{role}_cost_usd": (mine.cost_usd or 0.0) if known else None})
+    return fields
 
 
 def _count(number: int, noun: str) -> str:
@@ -331,6 +354,7 @@ class StepRecorder(StepListener):
             wall_s_left=self.caps.seconds_left() if self.caps is not None else None,
             time_left_s=time_left[0],
             time_left_budget=time_left[1],
+            **bill(step.usage, total.usage),
         )
         self.steps.append(record)
         for sink in self.sinks:

@@ -37,8 +37,15 @@ def _builtin(proposer: Any) -> bool:
     return proposer is None or (own is not None and isinstance(proposer, own))
 
 # ReflectionProposal.metadata[FEEDBACK_KEY][component]: the feedback a rewrite was made from. gepa copies
-# a reflection's metadata into its proposal, so a sibling merge (dspy_pxn.merge) can show it.
+# a reflection's metadata into its proposal, so a sibling merge (dspy_pxn.merge) can show it; and
+# [DATASET_KEY]: the reflective dataset itself, from which a user's own proposer writes a merge.
 FEEDBACK_KEY = "feedback"
+DATASET_KEY = "reflective_dataset"
+
+
+def first_text(reply: Any) -> str:
+    """The text of an LM's first completion (a string, or a dict with ``text`` from a reasoning model)."""
+    return reply.get("text", "") if isinstance(reply, dict) else str(reply)
 
 
 def feedback_text(reflective_dataset: Any, component: str) -> str:
@@ -99,7 +106,7 @@ def reflect(adapter: PooledAdapter, job_and_lm: tuple[ReflectionJob, dspy.BaseLM
         return ReflectionProposal(new_texts={}, metadata={"reflection_error": f"{type(error).__name__}: {error}"})
     feedback = {component: feedback_text(reflective_dataset, component) for component in new_texts}
     return ReflectionProposal(new_texts=new_texts, raw_lm_outputs=by_component(replies, list(new_texts)),
-                              metadata={FEEDBACK_KEY: feedback})
+                              metadata={FEEDBACK_KEY: feedback, DATASET_KEY: reflective_dataset})
 
 
 def by_component(replies: list[str], components: list[str]) -> dict[str, str]:
@@ -131,8 +138,9 @@ class PooledReflection:
         self.events = events or StepEvents()
         self._warned_zero_temperature = False
         self._call = reflection_call(adapter)
-        builtin = (_builtin(getattr(adapter, "custom_instruction_proposer", None))
-                   and getattr(adapter, "custom_code_proposer", None) is None)
+        # A user's own instruction proposer writes every instruction, the sibling merge's too (dspy_pxn.merge).
+        self.custom_instructions = not _builtin(getattr(adapter, "custom_instruction_proposer", None))
+        builtin = not self.custom_instructions and getattr(adapter, "custom_code_proposer", None) is None
         self.remote = builtin and getattr(pool, "remote", False)
 
     def reflect(

@@ -23,7 +23,8 @@ class BatchedGEPAResult(DspyGEPAResult):
         num_workers: W, the pool's size.
         wall_s: The search's wall-clock, without the held-out evaluation.
         test_score: The best program's mean score on ``testset``, or None without one.
-        usage: LM calls, tokens and dollars of the search (``UsageTotals``).
+        usage: LM calls, tokens and dollars of the search (``UsageTotals``), and the same of the task and of
+            reflection (``usage.task``, ``usage.reflection``).
         mlflow_run_id: The tracked run's id, or None when the run was not tracked.
         lm_call_counts: LM calls, attempts, retries and failures of the search (``LMCallCounts``;
             attempts and retries are None where DSPy does not tell them). Both tell what the last step

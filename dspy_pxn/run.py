@@ -43,7 +43,7 @@ from dspy_pxn.records import StepLog, StepRecorder
 from dspy_pxn.settings import Settings
 from dspy_pxn.target import Target
 from dspy_pxn.tracker import TrackedRun, effective_tracker, quietly, start_tracked_run
-from dspy_pxn.width import AUTO, auto_parents
+from dspy_pxn.width import AUTO, REFLECTION_EXAMPLES, auto_parents, screening_minibatch
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +64,8 @@ class Run:
     description: RunDescription
     saved_state: GEPAState | None  # the state a resumed run continues, from log_dir
     p: int  # parents per step: the optimizer's p, or what p="auto" came to for this pool, budget and valset
+    minibatch_size: int  # m: each proposal's screening; the optimizer's, or what the width chose (search_width)
+    reflection_examples: int  # the rows of a parent's screening its reflection reads (all of them at m <= this)
     schedule: str  # "steps" or "async": the optimizer's, or what its width chose (search_plan)
     selection: Any  # which improving children are validated: the optimizer's, or what its width chose
     prices: dict[str, Price]  # every reachable LM's price, checked when a dollar cap needs them
@@ -85,21 +87,21 @@ class Run:
     def prepare(cls, settings: Settings, target: Target, trainset: Any, valset: Any, testset: Any = None) -> Run:
         """Every argument check, the budget, shape, guard, description and resume state."""
         trainset, valset, testset = target.datasets(trainset, valset, testset)
-        m = settings.reflection_minibatch_size
         budget = metric_call_budget(settings, target.seed_candidate, trainset, valset)
+        workers = (settings.num_threads or dspy.settings.num_threads or 1) if owns_pool(settings) else (
+            settings.pool.num_workers)
+        p, m = search_width(settings, workers, budget, len(valset), len(trainset))
         guard = BudgetGuard(budget, len(valset), m, crossover=settings.use_merge,
                             name="auto" if settings.auto is not None else "max_metric_calls")
         checks.budget_buys_one_step(budget, len(valset), m, guard.smallest_budget())
         target.check(settings, trainset, valset, testset)
         checks.writable_dir("log_dir", settings.log_dir)
         reflection_lm = resolve_reflection_lm(settings)
-        workers = (settings.num_threads or dspy.settings.num_threads or 1) if owns_pool(settings) else (
-            settings.pool.num_workers)
         shape = RunShape(workers, budget, len(valset), m)
-        p = parents_per_step(settings, shape)
+        reflection_examples = settings.reflection_minibatch_size or REFLECTION_EXAMPLES
         schedule, selection = search_plan(settings, p * settings.n)
-        description = describe(settings, p, schedule, selection, target, trainset, valset, testset, budget, workers,
-                               reflection_lm)
+        description = describe(settings, p, m, schedule, selection, target, trainset, valset, testset, budget,
+                               workers, reflection_lm)
         saved_state = resume.load_saved_state(settings.log_dir)
         if saved_state is not None:
             resume.check_resumable(saved_state, resume_settings(description), settings.log_dir)
@@ -107,7 +109,7 @@ class Run:
         prices = caps_gate.priced_for_caps(settings.max_cost_usd, settings.max_reflection_cost_usd,
                                            feed.reachable_lms(reflection_lm, *target.lms()))
         return cls(settings, target, trainset, valset, testset, reflection_lm, shape, guard, description, saved_state,
-                   p, schedule, selection, prices, resume.saved_dollars(saved_state))
+                   p, m, reflection_examples, schedule, selection, prices, resume.saved_dollars(saved_state))
 
     # ------------------------------------------------------------------------------ resources
     @contextmanager
@@ -134,7 +136,7 @@ class Run:
                        *(c.on_step_record for c in settings.callbacks if callable(getattr(c, "on_step_record", None)))],
             )
             events = StepEvents([pace, recorder], stop=ledger.stop)
-            adapter = self.target.adapter(settings, pool, events)
+            adapter = self.target.adapter(settings, pool, events, self.reflection_examples)
             if self.saved_state is not None:
                 self._resume(adapter, recorder, step_log)
             checks.warn_if_no_timeout("reflection", self.reflection_lm)
@@ -228,14 +230,25 @@ def resolve_reflection_lm(settings: Settings) -> dspy.BaseLM | None:
     return task_lm
 
 
-def parents_per_step(settings: Settings, shape: RunShape) -> int:
-    """The optimizer's p, or for p="auto" the parents that fill this pool within what the budget allows."""
-    if settings.p != AUTO:
-        return settings.p
-    p = auto_parents(shape, settings.n)
-    logger.info("p='auto': P×N = %d×%d (%d proposals in flight) for W=%d workers, B=%d metric calls, |val|=%d.",
-                p, settings.n, p * settings.n, shape.workers, shape.budget, shape.val_size)
-    return p
+def search_width(settings: Settings, workers: int, budget: int, val_size: int, train_size: int) -> tuple[int, int]:
+    """P (the optimizer's p, or for p="auto" the parents that fill this pool within what the budget allows) and m,
+    the minibatch each proposal is screened on: the optimizer's ``reflection_minibatch_size``, or, where the user
+    left it, dspy.GEPA's 3 at one proposal at a time and ``width.screening_minibatch`` above it (said once)."""
+    given = settings.reflection_minibatch_size
+    if budget < val_size:  # buys not even the seed's validation (checks.budget_buys_one_step says so)
+        return (1 if settings.p == AUTO else settings.p), given or REFLECTION_EXAMPLES
+    wide_m = given or screening_minibatch(train_size, val_size)
+    p = settings.p if settings.p != AUTO else auto_parents(RunShape(workers, budget, val_size, wide_m), settings.n)
+    one_at_a_time = p * settings.n == 1
+    m = given or (REFLECTION_EXAMPLES if one_at_a_time else wide_m)
+    if settings.p == AUTO:
+        logger.info("p='auto': P×N = %d×%d (%d proposals in flight) for W=%d workers, B=%d metric calls, |val|=%d.",
+                    p, settings.n, p * settings.n, workers, budget, val_size)
+    if given is None and m != REFLECTION_EXAMPLES:
+        logger.info("reflection_minibatch_size: each proposal is screened on %d training examples, of which its "
+                    "reflection reads the %d lowest-scoring (pass reflection_minibatch_size=... to set both).", m,
+                    REFLECTION_EXAMPLES)
+    return p, m
 
 
 def search_plan(settings: Settings, width: int) -> tuple[str, Any]:
@@ -272,7 +285,7 @@ def make_pool(pool: str | None, workers: int) -> WorkerPool:
     return ThreadWorkerPool(workers)
 
 
-def describe(settings: Settings, p: int, schedule: str, selection: Any, target: Target, trainset: list[Any],
+def describe(settings: Settings, p: int, m: int, schedule: str, selection: Any, target: Target, trainset: list[Any],
              valset: list[Any], testset: list[Any] | None, budget: int, workers: int,
              reflection_lm: Any) -> RunDescription:
     """This compile, described once for tracking (params) and resume (settings)."""
@@ -280,7 +293,7 @@ def describe(settings: Settings, p: int, schedule: str, selection: Any, target: 
     shape = target.shape(valset)
     return RunDescription(
         p=p, n=settings.n, selection=selections.label(selection), schedule=schedule,
-        minibatch_size=settings.reflection_minibatch_size, seed=settings.seed, crossover=settings.use_merge,
+        minibatch_size=m, seed=settings.seed, crossover=settings.use_merge,
         candidate_selection=selector if isinstance(selector, str) else type(selector).__name__,
         budget=budget, num_workers=workers, program=shape.name, predictors=shape.components,
         code_components=len(target.code_components),

@@ -30,7 +30,7 @@ class Settings:
     n: int
     selection: Any  # "all" | "best" | k | "merge" | "merge+best" | a gepa SelectionStrategy; None: with the width
     schedule: str | None  # "steps" | "async"; None: with the width
-    reflection_minibatch_size: int
+    reflection_minibatch_size: int | None  # None: chosen with the width (dspy_pxn.run.search_width)
     candidate_selection_strategy: str | CandidateSelector
     component_selector: Any
     use_merge: bool  # gepa's crossover

@@ -169,11 +169,13 @@ class DistinctParentsPxN:
     consumes the RNG exactly as gepa's ``SingleMutationSampling``.
     """
 
-    def __init__(self, p: int, n: int, guard: BudgetGuard, events: StepEvents | None = None):
+    def __init__(self, p: int, n: int, guard: BudgetGuard, events: StepEvents | None = None,
+                 one_at_a_time: Callable[[], bool] = lambda: False):
         self.p = p
         self.n = n
         self.guard = guard
         self.events = events or StepEvents()
+        self.one_at_a_time = one_at_a_time  # True once the run cannot merge: a step is one proposal from then on
 
     def choose_parents(self, state: GEPAState, selector: CandidateSelector, count: int) -> list[int]:
         parents = [selector.select_candidate_idx(state)]  # the selector's own first draw, as gepa's
@@ -208,7 +210,7 @@ class DistinctParentsPxN:
         batch_sampler: BatchSampler,
         trainset: DataLoader,
     ) -> list[ProposalTask]:
-        width = min(self.p * self.n, self.guard.max_proposals(state))
+        width = min(1 if self.one_at_a_time() else self.p * self.n, self.guard.max_proposals(state))
         if width < 1:
             return []
         parents = self.choose_parents(state, candidate_selector, math.ceil(width / self.n))

@@ -54,4 +54,6 @@ class Target(Protocol):
     def lms(self) -> tuple[Any, ...]:
         """The task's LMs and whatever holds them (``feed.reachable_lms`` roots): their calls are the run's."""
 
-    def adapter(self, settings: Settings, pool: WorkerPool, events: StepEvents) -> PooledAdapter: ...
+    def adapter(self, settings: Settings, pool: WorkerPool, events: StepEvents, reflection_examples: int
+                ) -> PooledAdapter:
+        """The run's adapter; reflection reads the ``reflection_examples`` lowest-scoring rows of a screening."""

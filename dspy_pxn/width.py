@@ -45,6 +45,14 @@ MIN_VALIDATION_WINDOWS = 5
 # cap keeps a pool much wider than the budget (W = 64 at B = 300) from spending it all in one window.
 PROMPT_VALIDATION_WINDOWS = 3
 
+# The minibatch reflection reads, dspy.GEPA's reflection_minibatch_size default: at one proposal at a time it is also
+# the minibatch each proposal is screened on.
+REFLECTION_EXAMPLES = 3
+# Above one proposal at a time the default screens each parent and child on one training example per this many
+# validation examples (8 at |val| = 30, 38 at |val| = 150), of which reflection reads the REFLECTION_EXAMPLES
+# lowest-scoring rows; see ``screening_minibatch``.
+VAL_PER_SCREENED_EXAMPLE = 4
+
 # Validations at once, and the improvers one beyond the first waits for; see the module docstring.
 MAX_VALIDATIONS_IN_FLIGHT = 2
 SECOND_VALIDATION_MIN_IMPROVERS = 8
@@ -67,3 +75,19 @@ def starts_validation(running: int, waiting: int) -> bool:
     if waiting == 0 or running >= MAX_VALIDATIONS_IN_FLIGHT:
         return False
     return running == 0 or waiting >= SECOND_VALIDATION_MIN_IMPROVERS
+
+
+def screening_minibatch(train_size: int, val_size: int) -> int:
+    """The minibatch each proposal is screened on when proposals run side by side and the user left
+    ``reflection_minibatch_size`` to the optimizer: a quarter of |val|, within the trainset.
+
+    dspy.GEPA validates a large share of the proposals it screens on 3 examples, so most of its metric calls go
+    to validations (|val| each) and it makes one reflection call per ~|val|/2 of them. Several proposals in
+    flight, merged into one validated candidate (the sibling merge), validate far fewer candidates: with the same
+    3-example screening the budget then buys 2-4x dspy.GEPA's reflection calls, and reflection is the expensive
+    LM. Screening on more examples spends the calls a validation no longer takes on a steadier accept decision
+    instead of more proposals: a window of ~4 proposals and its merge then cost about what ~4 of dspy.GEPA's
+    proposals cost, in calls of both LMs. Reflection still reads only ``REFLECTION_EXAMPLES`` of them (the
+    lowest-scoring: where the feedback teaches), so each reflection prompt is as long as dspy.GEPA's.
+    """
+    return max(REFLECTION_EXAMPLES, min(-(-val_size // VAL_PER_SCREENED_EXAMPLE), train_size))

@@ -80,7 +80,7 @@ def test_every_validated_candidate_a_crossover_included_is_one_row_of_the_propos
     lineage, heard = LineageObserver(), Heard()
     with dspy.context(lm=sim.SimulatedLM(landscape="breadth")):
         result = BatchedGEPA(metric=sim.metric, p=4, n=1, max_metric_calls=700, num_threads=8, schedule=schedule,
-                             reflection_lm=sim.SimulatedLM(landscape="breadth"),
+                             reflection_lm=sim.SimulatedLM(landscape="breadth"), reflection_minibatch_size=3,
                              gepa_kwargs={"callbacks": [lineage, heard]},
                              seed=0).compile(Router(), trainset=train, valset=val).detailed_results
     if schedule == "steps":  # deterministic: this seed's run accepts crossovers (the async one may or may not)

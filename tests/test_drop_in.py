@@ -163,6 +163,7 @@ def test_a_mixed_program_optimizes_code_and_instructions(task_lm, splits):
 DEFAULTS_DIFFERING_FROM_DSPY_GEPA = {
     "metric": None,  # the program's own metric when omitted
     "track_stats": True,  # detailed_results carry the per-step records the run is for
+    "reflection_minibatch_size": None,  # dspy.GEPA's 3 at one proposal at a time; above it, chosen with the width
 }
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
-from dspy_pxn.ledger.ledger import REFLECTING, RunLedger
+from dspy_pxn.ledger.ledger import RUNNING_PROGRAM, REFLECTING, RunLedger
 from dspy_pxn.testing import LatencyServer
 from tests.faults import Faults
 
@@ -118,7 +118,8 @@ def test_each_billed_call_is_priced_once_to_the_budget_it_belongs_to():
     assert task.run(ledger.call_in_progress).cost_usd == pytest.approx(1.2e-4)
     task.run(ledger.call_ended, "t", None)
     reflection.run(ledger.call_ended, "r", None)
-    ledger.add_usage("openai/unknown", billed)  # an LM the run does not hold, with no price: unpriced, unheld
+    with dspy.context(**{RUNNING_PROGRAM: True}):  # the program's call, of an LM the run does not hold, unpriced
+        ledger.add_usage("openai/unknown", billed)
     tally = ledger.tally()
     assert (tally.task_usd, tally.reflection_usd) == (pytest.approx(1.2e-4), pytest.approx(1.2e-4))
     assert ledger.spent_usd() == (pytest.approx(0.5 + 2.4e-4), pytest.approx(0.1 + 1.2e-4))

@@ -171,7 +171,7 @@ def test_rows_of_many_candidates_at_once_each_see_their_own_template(store: str)
         adapter = PromptAdapter(PromptRollouts(evaluation, 0.0), val_size=len(rows), failure_score=0.0, pool=pool)
         batches = adapter.batch_evaluate([(c, rows) for c in candidates], capture_traces=True, phase="screening")
     wrong = sum(record.outputs != c[name].replace("{{question}}", record.inputs["question"])
-                for c, batch in zip(candidates, batches, strict=True) for record in batch.trajectories)
+                for c, batch in zip(candidates, batches, strict=True) for _, record in batch.trajectories)
     assert wrong == 0
     assert all(len(batch.trajectories) == len(rows) for batch in batches)
 

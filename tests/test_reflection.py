@@ -102,3 +102,51 @@ def test_feedback_text_reads_dspy_feedback_and_mlflow_rationales():
                       {"rationales": {}}, "not a row"]}
     assert feedback_text(dataset, "qa") == "- name the unit\n- frim is 2x+7"
     assert feedback_text(dataset, "other") == ""
+
+
+def _reflection_prompts(reflection_lm) -> list[str]:
+    """The user message of each of DSPy's reflection prompts the LM answered (not the sibling merges)."""
+    return [h["messages"][-1]["content"] for h in reflection_lm.history if "new_instruction" in str(h["messages"])]
+
+
+def test_above_one_proposal_each_is_screened_on_a_quarter_of_val_and_reflection_reads_the_three_lowest():
+    """The default screens on 8 examples at |val| = 30; each reflection prompt shows 3 of them (dspy.GEPA's
+    count), the lowest-scoring: rows the parent already gets right are left out while failures remain."""
+    import dspy
+
+    from dspy_pxn import BatchedGEPA
+
+    train, val, _ = sim.make_splits(seed=0, train=60, val=30, test=1)
+    reflection_lm = sim.SimulatedLM()
+    with dspy.context(lm=sim.SimulatedLM()):
+        results = BatchedGEPA(metric=sim.metric, max_metric_calls=400, num_threads=8, p=3,
+                              reflection_lm=reflection_lm).compile(sim.seed_program(), trainset=train,
+                                                                   valset=val).detailed_results
+    assert {(step.minibatch_size, step.p) for step in results.steps} == {(8, 3)}
+    prompts = _reflection_prompts(reflection_lm)
+    assert prompts and all(prompt.count('"Feedback"') == 3 for prompt in prompts)
+    # The seed gets few rows right: the three shown are failures, whose feedback names the rule to learn.
+    assert all(prompt.count("Rule definition:") == 3 for prompt in prompts[:3])
+
+
+def test_a_given_minibatch_is_screened_and_read_whole_at_any_width():
+    import dspy
+
+    from dspy_pxn import BatchedGEPA
+
+    train, val, _ = sim.make_splits(seed=0, train=60, val=30, test=1)
+    reflection_lm = sim.SimulatedLM()
+    with dspy.context(lm=sim.SimulatedLM()):
+        results = BatchedGEPA(metric=sim.metric, max_metric_calls=400, num_threads=8, p=3, reflection_minibatch_size=5,
+                              reflection_lm=reflection_lm).compile(sim.seed_program(), trainset=train,
+                                                                   valset=val).detailed_results
+    assert {step.minibatch_size for step in results.steps} == {5}
+    assert all(prompt.count('"Feedback"') == 5 for prompt in _reflection_prompts(reflection_lm))
+
+
+def test_reflection_reads_the_lowest_scoring_rows_in_their_order():
+    from dspy_pxn.pooled_adapter import reflection_rows
+
+    assert reflection_rows([1.0, 0.0, 1.0, 0.5, 1.0, 0.0, 1.0, 1.0], 3) == [1, 3, 5]
+    assert reflection_rows([1.0, 1.0, 1.0, 1.0], 3) == [0, 1, 2]  # ties: the earlier rows
+    assert reflection_rows([0.0, 1.0], 3) is None and reflection_rows([0.0] * 8, None) is None

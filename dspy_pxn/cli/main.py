@@ -47,7 +47,7 @@ def _run_options(parser: argparse.ArgumentParser, demo: bool = False) -> None:
     parser.add_argument("--latency", choices=("fixed", "lognormal", "heavy"), default="fixed",
                         help="sim only: fixed call times, lognormal (p99/p50 = 4) or heavy (lognormal plus 3%% "
                              "stragglers at 5-20x), drawn from --seed")
-    parser.add_argument("--landscape", choices=("depth", "breadth"), default="depth",
+    parser.add_argument("--landscape", choices=("depth", "breadth", "chain"), default="depth",
                         help="sim only: the simulated model; depth learns one rule per reflection, breadth several, "
                              "with noisy answers that let selection overfit val")
     parser.add_argument("--api-base", help="OpenAI-compatible endpoint for API-model specs (probed before the run)")

@@ -92,6 +92,9 @@ def summary(outcome: RunOutcome) -> str:
                              f"{results.total_metric_calls}/{results.budget} metric calls, "
                              f"{len(results.candidates)} candidates, ended by {results.stopped_by}"),
         f"cost {cost}; {usage.lm_calls} LM calls, {usage.prompt_tokens} prompt + {usage.completion_tokens} completion tokens",
+        *(f"  {role}: {part.lm_calls} LM calls, {part.prompt_tokens} prompt + {part.completion_tokens} completion "
+          f"tokens" + (f", ${part.cost_usd:.4f}" if part.cost_usd is not None else "")
+          for role, part in (("task", usage.task), ("reflection", usage.reflection)) if part is not None),
         *([f"note: only {usage.lm_calls} LM calls for {results.total_metric_calls} metric calls: most answers came "
            "from DSPy's cache (--cache), so the wall-clock and cost above are not a fresh run's."]
           if answered_from_cache(usage, results.total_metric_calls) else []),

@@ -17,6 +17,7 @@ from dspy_pxn.cli.output import ProgressPrinter, RunOutcome, duration, score, su
 from dspy_pxn.cli.tasks import Task, check_shape, load_task
 from dspy_pxn.planning import parse_shapes
 from dspy_pxn.selection import parse as parse_selection
+from dspy_pxn.width import REFLECTION_EXAMPLES
 
 SIM_REFLECTION_FACTOR = 4.0  # a reflection call takes this many task calls' time, as in the paper's regime
 DEFAULT_TIMEOUT_S = 600.0  # per LM call: a slow local reflector needs minutes; a hung request must not hold a worker forever
@@ -76,15 +77,6 @@ def run_one(args: argparse.Namespace, task: Task, reflection_lm: Any, p: int, n:
     uri = (args.tracking_uri or _default_uri()) if tracked(args) else None
     experiment = getattr(optimizer.settings.tracker, "experiment", None)
     return RunOutcome(best, seed_test, program_path, uri, experiment, *logged_run(uri, results.mlflow_run_id))
-
-
-def default_of(argument: str) -> Any:
-    """BatchedGEPA's default for ``argument``: what the command line runs where its flag is not given."""
-    import inspect
-
-    from dspy_pxn import BatchedGEPA
-
-    return inspect.signature(BatchedGEPA.__init__).parameters[argument].default
 
 
 def workers(args: argparse.Namespace) -> int:
@@ -180,7 +172,7 @@ def _prepare(args: argparse.Namespace, resources: contextlib.ExitStack) -> tuple
     task = load_task(args)
     from dspy_pxn.strategies import BudgetGuard
 
-    minibatch = args.minibatch_size or default_of("reflection_minibatch_size")
+    minibatch = args.minibatch_size or REFLECTION_EXAMPLES  # the smallest the library screens on
     smallest = BudgetGuard(args.budget or 1, len(task.val), minibatch).smallest_budget()
     if args.budget is not None and args.budget < smallest:
         raise UsageError(f"--budget {args.budget} cannot pay for one step: the seed's validation ({len(task.val)}) "

@@ -35,13 +35,21 @@ RUNNING_PROGRAM = "dspy_pxn_running_program"
 
 @dataclass(frozen=True)
 class UsageTotals:
-    """Billed LM calls, their tokens and dollars; ``cost_usd`` is None while no call had a known price."""
+    """Billed LM calls, their tokens and dollars; ``cost_usd`` is None while no call had a known price.
+
+    A run's totals split by who made the calls: ``task`` (the program's LMs, a metric's judge, anything a
+    rollout calls) and ``reflection`` (the reflection LM's proposals and sibling merges, or a custom proposer's
+    calls), each a ``UsageTotals`` of its own. Reflection is usually the dearer model: its share is the bill
+    that width can buy more of.
+    """
 
     lm_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float | None = None
     unpriced_calls: int = 0
+    task: UsageTotals | None = None
+    reflection: UsageTotals | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,11 @@ class Tally:
     task_usd: float = 0.0
     reflection_usd: float = 0.0
     unpriced: int = 0  # billed calls whose model has no price
+    # The reflection's share of ``billed``, the tokens and ``unpriced`` (the task's is the rest).
+    reflection_billed: int = 0
+    reflection_prompt_tokens: int = 0
+    reflection_completion_tokens: int = 0
+    reflection_unpriced: int = 0
     attempts_unknown: int = 0  # ended calls whose attempts DSPy did not tell
     peak_in_flight: int = 0
     abandoned: int = 0
@@ -85,7 +98,15 @@ class Tally:
 
     @property
     def usage(self) -> UsageTotals:
-        return UsageTotals(self.billed, self.prompt_tokens, self.completion_tokens, self.cost_usd, self.unpriced)
+        reflection = UsageTotals(
+            self.reflection_billed, self.reflection_prompt_tokens, self.reflection_completion_tokens,
+            self.reflection_usd if self.reflection_billed > self.reflection_unpriced else None, self.reflection_unpriced)
+        task_billed, task_unpriced = self.billed - self.reflection_billed, self.unpriced - self.reflection_unpriced
+        task = UsageTotals(task_billed, self.prompt_tokens - self.reflection_prompt_tokens,
+                           self.completion_tokens - self.reflection_completion_tokens,
+                           self.task_usd if task_billed > task_unpriced else None, task_unpriced)
+        return UsageTotals(self.billed, self.prompt_tokens, self.completion_tokens, self.cost_usd, self.unpriced,
+                           task=task, reflection=reflection)
 
     @property
     def counts(self) -> LMCallCounts:
@@ -278,7 +299,11 @@ class RunLedger(BilledTracker):
                 prompt_tokens=t.prompt_tokens + prompt, completion_tokens=t.completion_tokens + completion,
                 unpriced=t.unpriced + (price is None),
                 task_usd=t.task_usd + (0.0 if reflection else cost),
-                reflection_usd=t.reflection_usd + (cost if reflection else 0.0))
+                reflection_usd=t.reflection_usd + (cost if reflection else 0.0),
+                reflection_billed=t.reflection_billed + reflection,
+                reflection_prompt_tokens=t.reflection_prompt_tokens + (prompt if reflection else 0),
+                reflection_completion_tokens=t.reflection_completion_tokens + (completion if reflection else 0),
+                reflection_unpriced=t.reflection_unpriced + (reflection and price is None))
             if call is not None:
                 call.cost_usd += cost
                 call.prompt_tokens += prompt

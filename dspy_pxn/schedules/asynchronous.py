@@ -62,7 +62,7 @@ from dspy_pxn import width as widths
 from dspy_pxn.ledger.budget import Reservation
 from dspy_pxn.ledger.caps import CapReached
 from dspy_pxn.schedules.crossover import MERGE_TAG, AsyncCrossover
-from dspy_pxn.schedules.parts import gepa_parts
+from dspy_pxn.schedules.parts import degraded, gepa_parts
 from dspy_pxn.schedules.windows import Validated, Windows, valset_evaluation
 from dspy_pxn.strategies import selected_within, stopper_telling
 
@@ -124,7 +124,7 @@ class AsyncSchedule:
         try:
             while True:
                 if error is None and not self.stop.refusing and not self._stopped_by_user():
-                    self._launch(pipelines, in_flight)
+                    self._launch(pipelines, in_flight, waiting=bool(queued))
                     validating = sum(kind == "validation" for kind in in_flight.values())
                     if widths.starts_validation(validating, len(queued)):
                         self._validate(validator, in_flight, queued)
@@ -164,10 +164,16 @@ class AsyncSchedule:
         return self.state
 
     # ------------------------------------------------------------------------------ proposals
-    def _launch(self, executor: ThreadPoolExecutor, in_flight: dict[Future, str]) -> None:
-        """Start pipelines until ``width`` are in flight or the budget has no room for another."""
+    def _launch(self, executor: ThreadPoolExecutor, in_flight: dict[Future, str], waiting: bool) -> None:
+        """Start pipelines until ``width`` are in flight or the budget has no room for another. A run that can no
+        longer merge (``degraded``) goes on as dspy.GEPA's loop does: one proposal, and its validation, at a time."""
         m, val_waves = self.guard.minibatch_size, self._waves(self.guard.valset_size)
-        while (pipelines := sum(kind != "validation" for kind in in_flight.values())) < self.width:
+        width = self.width
+        if degraded(self.parts):
+            if in_flight or waiting:
+                return
+            width = 1
+        while (pipelines := sum(kind != "validation" for kind in in_flight.values())) < width:
             with self.lock:
                 # Dollars for this pipeline and those in flight, and one validation; time for its critical path.
                 if self.caps is not None and self.caps.blocks(
@@ -280,8 +286,9 @@ class AsyncSchedule:
         """Reserve the validations the selection may ask for, then select and validate off the driver
         thread (a sibling merge's reflection call must not hold up the pipelines)."""
         with self.lock:
-            wanted = selections.kept(self.run.selection, len(batch))
-            merges = int(self.run.selection in selections.MERGES)
+            one_at_a_time = degraded(self.parts)  # every improving child is validated, as dspy.GEPA does
+            wanted = len(batch) if one_at_a_time else selections.kept(self.run.selection, len(batch))
+            merges = int(self.run.selection in selections.MERGES and not one_at_a_time)
             val = self.guard.valset_size
             if self.caps is not None and self.caps.blocks(rollouts=wanted * val, reflections=merges,
                                                           rollout_waves=self._waves(wanted * val),

@@ -17,7 +17,7 @@ from gepa.strategies.proposal_selection import SelectionStrategy
 
 from dspy_pxn import selection as selections
 from dspy_pxn.description import resume_settings
-from dspy_pxn.merge import SiblingMerge
+from dspy_pxn.merge import PromptedMerge, ProposerMerge, SiblingMerge
 from dspy_pxn.reflection import PooledReflection
 from dspy_pxn.resume import checkpoint
 from dspy_pxn.strategies import (
@@ -47,24 +47,35 @@ def gepa_parts(run: Run, live: Live) -> GepaParts:
     # One RNG shared by parent selection and minibatch shuffling, as gepa.optimize does,
     # so a 1×1 run draws the same parents and minibatches as dspy.GEPA.
     rng = random.Random(settings.seed)
-    sampler = SequentialMinibatchSampler(settings.reflection_minibatch_size, rng)
+    sampler = SequentialMinibatchSampler(run.minibatch_size, rng)
     # Their state is saved with gepa's, through the adapter's state hook (dspy_pxn.resume).
     live.adapter.checkpoint = checkpoint(resume_settings(run.description), sampler, live.ledger.spent_usd)
     selector = settings.candidate_selection_strategy
+    reflection = PooledReflection(live.adapter, run.reflection_lm, live.pool, live.events)
     return GepaParts(
         rng=rng,
         candidate_selector=CANDIDATE_SELECTORS[selector](rng) if isinstance(selector, str) else selector,
         sampler=sampler,
         component_selector=component_selector(settings.component_selector),
-        reflection=PooledReflection(live.adapter, run.reflection_lm, live.pool, live.events),
-        selection=selection_strategy(run, live),
+        reflection=reflection,
+        selection=selection_strategy(run, live, reflection),
     )
 
 
-def selection_strategy(run: Run, live: Live) -> SelectionStrategy:
-    """The gepa selection strategy the run asked for; a sibling merge needs the reflection LM and the pool."""
+def selection_strategy(run: Run, live: Live, reflection: PooledReflection) -> SelectionStrategy:
+    """The gepa selection strategy the run asked for. A sibling merge is written by a user's own instruction
+    proposer where there is one (it writes every instruction the run validates), else by the reflection LM from
+    our merge prompt, in the reply format the adapter's reflections use first."""
     selection = run.selection
     if selection in selections.MERGES:
-        return SiblingMerge(run.reflection_lm, live.pool, code_components=run.code_components,
+        write = (ProposerMerge(reflection) if reflection.custom_instructions
+                 else PromptedMerge(run.reflection_lm, live.adapter.MERGE_FORMATS))
+        return SiblingMerge(write, live.pool, code_components=run.code_components,
                             keep_best=selection == "merge+best", events=live.events)
     return selections.strategy(selection)
+
+
+def degraded(parts: GepaParts) -> bool:
+    """Whether the run's selection can no longer merge (its merges came back unreadable): the schedules then run
+    one proposal at a time, as dspy.GEPA does (``dspy_pxn.merge.SiblingMerge``)."""
+    return bool(getattr(parts.selection, "degraded", False))

@@ -29,7 +29,7 @@ from gepa.core.result import GEPAResult
 from gepa.core.state import GEPAState
 
 from dspy_pxn.ledger.caps import CapReached, seed_validation_paid
-from dspy_pxn.schedules.parts import GepaParts, gepa_parts
+from dspy_pxn.schedules.parts import GepaParts, degraded, gepa_parts
 from dspy_pxn.strategies import (
     BudgetCappedSelection,
     CapsStopper,
@@ -68,7 +68,8 @@ class StepSchedule:
                 adapter=live.adapter,
                 candidate_selection_strategy=selector if isinstance(selector, str) else parts.candidate_selector,
                 batch_sampler=parts.sampler,
-                sampling_strategy=OnGepasGenerator(DistinctParentsPxN(run.p, run.n, run.guard, live.events), parts),
+                sampling_strategy=OnGepasGenerator(DistinctParentsPxN(run.p, run.n, run.guard, live.events,
+                                                                      one_at_a_time=lambda: degraded(parts)), parts),
                 selection_strategy=BudgetCappedSelection(parts.selection, run.guard, live.events),
                 reflection_strategy=parts.reflection,
                 stop_callbacks=stoppers,

@@ -1,12 +1,17 @@
 """Landscapes: the character of the simulated model, i.e. how hard the rule task is to optimize.
 
 The data never change (``task.make_splits``); a landscape changes only how the simulated
-model answers and reflects. Two presets:
+model answers and reflects. Three presets:
 
 - ``DEPTH`` (the default, and the only landscape before issue 14): one definition learned
   per reflection call, at most ``CAPACITY`` (5) per instruction, each copied wrong with
   probability ``DEFAULT_REFLECTION_ERROR_RATE`` (0.4), and no answer noise. Progress is a
   slow, deep climb; a candidate's val score is exact, so selection cannot overfit val.
+
+- ``CHAIN``: each improvement builds on the last: one definition per reflection call, and only the
+  chain's next rule (the most frequent one the instruction does not hold exactly), so no reflection can
+  skip ahead, siblings of one parent learn the same rule, and every rule costs a generation. Capacity 12
+  (every rule), the same copy error rate, no answer noise.
 
 - ``BREADTH``: up to 3 definitions learned per reflection call, capacity 8, the same copy
   error rate, and *answer noise*: knowing a rule, the task model still slips with
@@ -65,6 +70,7 @@ class Landscape:
     error_rate: float | None = None  # probability each learned definition is copied wrong
     slip_rate: float = 0.0  # P(wrong answer | the instruction knows the rule)
     guess_rate: float = 0.0  # P(right answer | it does not: absent or garbled)
+    chain: bool = False  # a reflection learns only the next rule in frequency order (CHAIN)
 
     def __post_init__(self) -> None:
         if self.learn_per_call < 1 or self.capacity < 1:
@@ -86,12 +92,16 @@ class Landscape:
 
 DEPTH = Landscape()
 BREADTH = Landscape(name="breadth", learn_per_call=3, capacity=8, error_rate=None, slip_rate=0.15, guess_rate=0.15)
+# Each improvement builds on the last: a reflection learns a rule only once the instruction holds every more
+# frequent rule exactly (the chain's next one, when the feedback shows it), so siblings of one parent learn the
+# same rule, a merge of them adds one rule, and progress needs one generation per rule. Room for all 12 rules.
+CHAIN = Landscape(name="chain", capacity=12, chain=True)
 
-LANDSCAPES: dict[str, Landscape] = {DEPTH.name: DEPTH, BREADTH.name: BREADTH}
+LANDSCAPES: dict[str, Landscape] = {DEPTH.name: DEPTH, BREADTH.name: BREADTH, CHAIN.name: CHAIN}
 
 
 def resolve_landscape(value: Landscape | str | None) -> Landscape:
-    """A ``Landscape`` from itself, a preset name ("depth", "breadth"), its JSON, or None (DEPTH)."""
+    """A ``Landscape`` from itself, a preset name ("depth", "breadth", "chain"), its JSON, or None (DEPTH)."""
     if value is None:
         return DEPTH
     if isinstance(value, Landscape):

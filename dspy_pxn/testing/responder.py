@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dspy_pxn.testing.landscape import DEPTH, Landscape
-from dspy_pxn.testing.task import _QUESTION_RE, RULES_BY_NAME, _eval_expr, parse, seed_instruction
+from dspy_pxn.testing.task import _QUESTION_RE, RULES, RULES_BY_NAME, _eval_expr, parse, seed_instruction
 from dspy_pxn.testing.wire import message_text as _text
 
 # Probability that a reflection rewrite copies the harvested definition wrong;
@@ -190,11 +190,20 @@ def _compose(head: str, defs: Sequence[Definition], capacity: int) -> str:
     return (head or seed_instruction()) + "\n" + "\n".join(f"{n}(x) = {e}" for n, e in defs)
 
 
-def _learned(current: str, feedback: str, limit: int) -> list[Definition]:
-    """The first ``limit`` feedback definitions (one per rule) the current instruction lacks verbatim."""
+def _next_in_chain(present: set[Definition]) -> str | None:
+    """The chain's next rule: the most frequent one the instruction does not yet hold exactly (``Landscape.chain``)."""
+    return next((rule.name for rule in RULES if (rule.name, rule.expr) not in present), None)
+
+
+def _learned(current: str, feedback: str, limit: int, chain: bool = False) -> list[Definition]:
+    """The first ``limit`` feedback definitions (one per rule) the current instruction lacks verbatim; on a chain,
+    only the chain's next rule's (none where the feedback does not define it)."""
     present = {(n, e.strip()) for n, e in _DEF_RE.findall(current)}
+    wanted = _next_in_chain(present) if chain else None
     new: list[Definition] = []
     for name, expr in _FEEDBACK_DEF_RE.findall(feedback):
+        if chain and name != wanted:
+            continue
         if (name, expr.strip()) not in present and all(name != n for n, _ in new):
             new.append((name, expr.strip()))
             if len(new) == limit:
@@ -211,7 +220,7 @@ def _copy_digest(digest: bytes, i: int) -> bytes:
 def _rewrite_instruction(current: str, feedback: str, digest: bytes, error_rate: float,
                          landscape: Landscape = DEPTH) -> str:
     head, defs = _split_instruction(current)
-    new = _learned(current, feedback, landscape.learn_per_call)
+    new = _learned(current, feedback, landscape.learn_per_call, landscape.chain)
     if not new:
         return current.strip() or seed_instruction()
     copied = []
@@ -399,6 +408,17 @@ def _answer_merge(system: str, user: str, landscape: Landscape = DEPTH) -> str:
     return _render(fields, {"merged_instruction": merged}, _json_mode(system))
 
 
+# dspy_pxn.merge.PLAIN_MERGE_PROMPT: the merge asked in plain text, its reply between ``` marks.
+_PLAIN_MERGE_RE = re.compile(r"The current best instruction:\n```\n(?P<current>.*?)\n```\n\nThe improving rewrites:\n\n"
+                             r"(?P<improved>.*)\n\nWrite the new instruction within ``` blocks\.", re.DOTALL)
+
+
+def _answer_plain_merge(match: re.Match[str], landscape: Landscape = DEPTH) -> str:
+    """The same merge as ``_answer_merge``, asked in plain text (``dspy_pxn.merge.merge_as_plain_text``)."""
+    merged = merge_instructions(match["current"], _rewrite_texts(match["improved"]), landscape.capacity)
+    return f"```\n{merged}\n```"
+
+
 def copy_error_rate(reflection_error_rate: float | None, landscape: Landscape = DEPTH) -> float:
     """The rate in force: the caller's override, else the landscape's, else the module default
     (read at call time, so benchmarks and tests can tune ``DEFAULT_REFLECTION_ERROR_RATE``)."""
@@ -427,6 +447,8 @@ def respond(messages: Sequence[Mapping[str, Any]], *, reflection_error_rate: flo
             return "reflection", _answer_compress(system, user)
         if "`revised_source`" in system:
             return "reflection", _answer_code(system, user, full, rate, landscape)
+        if plain_merge := _PLAIN_MERGE_RE.search(full):
+            return "reflection", _answer_plain_merge(plain_merge, landscape)
         if gepa := _GEPA_REFLECTION_RE.search(user):
             return "reflection", _answer_gepa_reflection(gepa, full, rate, landscape)
         return "task", _answer_task(system, user, landscape)

@@ -39,7 +39,9 @@ METRIC_SECTIONS = {
                "accepted", "full_validation", "sibling_merged", "reflection_failures", "metric_calls",
                "metric_calls_total"),
     "cost": ("lm_calls", "prompt_tokens", "completion_tokens", "cost_usd", "cost_usd_total", "lm_retries",
-             "lm_failures"),
+             "lm_failures", "task_lm_calls", "task_prompt_tokens", "task_completion_tokens", "task_cost_usd",
+             "reflection_lm_calls", "reflection_prompt_tokens", "reflection_completion_tokens",
+             "reflection_cost_usd"),
     "time": ("wall_s", "reflection_s", "screening_s", "validation_s", "sibling_merge_s"),
     "pool": ("worker_utilisation", "rollouts", "rollout_failures"),
     # What is left of max_cost_usd and max_wall_s (when given), and the time until the first budget binds.

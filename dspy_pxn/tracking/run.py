@@ -426,6 +426,8 @@ def final_metrics(
         prompt_tokens=getattr(usage, "prompt_tokens", 0),
         completion_tokens=getattr(usage, "completion_tokens", 0),
         cost_usd=getattr(usage, "cost_usd", None),
+        **{f"{role}_{name}": getattr(getattr(usage, role, None), name, default) for role in ("task", "reflection")
+           for name, default in (("lm_calls", 0), ("prompt_tokens", 0), ("completion_tokens", 0), ("cost_usd", None))},
         test_score=test_score,
         **{name: sum(getattr(s, name) or 0 for s in steps) for name in (*COUNTED, *FAILURES)},
     )

@@ -58,6 +58,15 @@ class FinalMetrics:
     completion_tokens: int = 0
     cost_usd: float | None = None
     test_score: float | None = None
+    # The bill by who made the calls (``UsageTotals.task`` / ``.reflection``).
+    task_lm_calls: int = 0
+    task_prompt_tokens: int = 0
+    task_completion_tokens: int = 0
+    task_cost_usd: float | None = None
+    reflection_lm_calls: int = 0
+    reflection_prompt_tokens: int = 0
+    reflection_completion_tokens: int = 0
+    reflection_cost_usd: float | None = None
     proposals: int | None = None
     improved: int | None = None
     accepted: int | None = None
@@ -85,6 +94,8 @@ class FinalMetrics:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "cost_usd": self.cost_usd,
+            **{f"{role}_{name}": getattr(self, f"{role}_{name}") for role in ("task", "reflection")
+               for name in ("lm_calls", "prompt_tokens", "completion_tokens", "cost_usd")},
             "test_score": self.test_score,
             "val_test_gap": self.val_test_gap,
             **{name: getattr(self, name) for name in COUNTED},

@@ -30,6 +30,7 @@ from dspy_pxn import checks
 from dspy_pxn.events import StepEvents
 from dspy_pxn.pooled_adapter import PooledAdapter, Task
 from dspy_pxn.pools import WorkerPool
+from dspy_pxn.reflection import first_text
 from dspy_pxn.rollout import METRIC_PROBLEM, RolloutResult
 from dspy_pxn.tracking.mlflow_prompts.evaluation import ConcurrentEvaluation, EvalFn, warn_unread
 
@@ -38,11 +39,6 @@ logger = logging.getLogger(__name__)
 # The seed's validation rows whose predict_fn must raise (at least this share) for the run to stop: a
 # predict_fn that fails nearly everywhere is broken, and no template can fix it.
 BROKEN_PREDICT_SHARE = 0.9
-
-
-def first_text(reply: Any) -> str:
-    """The text of an LM's first completion (a string, or a dict with ``text`` from a reasoning model)."""
-    return reply.get("text", "") if isinstance(reply, dict) else str(reply)
 
 
 class PromptRollouts:
@@ -76,11 +72,14 @@ class PromptRollouts:
 class PromptAdapter(PooledAdapter):
     """gepa adapter for MLflow prompt templates, its rows on the engine's pool."""
 
+    MERGE_FORMATS = ("plain", "dspy")  # its reflection is gepa's plain-text prompt (``propose``)
+
     def __init__(self, rollouts: Callable[[Task], RolloutResult], *, val_size: int, failure_score: float,
                  pool: WorkerPool, events: StepEvents | None = None, reflection_prompt_template: Any = None,
                  on_validated: Callable[[dict[str, str], list[Any]], None] | None = None,
-                 prompt_names: Sequence[str] = ()):
+                 prompt_names: Sequence[str] = (), reflection_examples: int | None = None):
         self.rollouts = rollouts
+        self.reflection_examples = reflection_examples  # rows of a screening reflection reads (None: all)
         self.prompt_names = tuple(prompt_names)  # the seed's prompts, each of which predict_fn should read
         self.val_size, self.failure_score = val_size, failure_score
         self.reflection_prompt_template = reflection_prompt_template
@@ -98,7 +97,7 @@ class PromptAdapter(PooledAdapter):
         objective_scores = [dict(getattr(record, "individual_scores", None) or {}) for record in records]
         return EvaluationBatch(
             outputs=[getattr(record, "outputs", None) for record in records], scores=scores,
-            trajectories=[record for record in records if record is not None] if capture else None,
+            trajectories=[(row, record) for row, record in enumerate(records) if record is not None] if capture else None,
             objective_scores=objective_scores if any(objective_scores) else None)
 
     def _score(self, result: RolloutResult) -> float:
@@ -133,12 +132,17 @@ class PromptAdapter(PooledAdapter):
                                 components_to_update: list[str]) -> dict[str, list[dict[str, Any]]]:
         """Each traced row as MLflow's GEPA optimizer shows it to reflection."""
         rows = []
-        for index, (record, score) in enumerate(zip(eval_batch.trajectories or [], eval_batch.scores, strict=False)):
+        eval_batch = self.for_reflection(eval_batch)
+        for index, ((_, record), score) in enumerate(zip(eval_batch.trajectories or [], eval_batch.scores,
+                                                        strict=False)):
             spans = [{"name": span.name, "inputs": span.inputs, "outputs": span.outputs}
                      for span in (record.trace.data.spans if record.trace else [])]
             rows.append({"trace": spans, "score": score, "inputs": record.inputs, "outputs": record.outputs,
                          "expectations": record.expectations, "rationales": record.rationales, "index": index})
         return {name: [{"component_name": name, **row} for row in rows] for name in components_to_update}
+
+    def trajectory_rows(self, evaluation: EvaluationBatch) -> list[int]:
+        return [row for row, _ in evaluation.trajectories or []]
 
     def propose(self, candidate: dict[str, str], reflective_dataset: Any, components: list[str]) -> dict[str, str]:
         """gepa's default reflection (its prompt and parsing), asked of the LM the context holds."""

@@ -30,7 +30,7 @@ from dspy_pxn.teleprompter import BatchedGEPA
 from dspy_pxn.tracking.mlflow_prompts.evaluation import ConcurrentEvaluation, EvalFn, self_test, serial_fallback_warning
 from dspy_pxn.tracking.mlflow_prompts.run_log import PromptRunLog
 from dspy_pxn.tracking.mlflow_prompts.target import PromptTarget
-from dspy_pxn.width import PROMPT_VALIDATION_WINDOWS, auto_parents
+from dspy_pxn.width import PROMPT_VALIDATION_WINDOWS, auto_parents, screening_minibatch
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +111,8 @@ class BatchedGepaPromptOptimizer(_base()):  # type: ignore[misc]
         """The optimizer's p, or one pipeline per row in flight within ``PROMPT_VALIDATION_WINDOWS`` windows."""
         if self.p is not None:
             return self.p
-        shape = RunShape(workers, self.max_metric_calls, rows, self._checked.reflection_minibatch_size)
+        shape = RunShape(workers, self.max_metric_calls, rows,
+                         self._checked.reflection_minibatch_size or screening_minibatch(rows, rows))
         return auto_parents(shape, self._checked.n, windows=PROMPT_VALIDATION_WINDOWS)
 
     def optimize(self, eval_fn: EvalFn, train_data: list[dict[str, Any]], target_prompts: dict[str, str],

@@ -82,9 +82,11 @@ class PromptTarget:
     def lms(self) -> tuple[Any, ...]:
         return ()  # predict_fn's LMs are the user's; the run hears the reflection LM only
 
-    def adapter(self, settings: Settings, pool: WorkerPool, events: StepEvents) -> PromptAdapter:
+    def adapter(self, settings: Settings, pool: WorkerPool, events: StepEvents, reflection_examples: int
+                ) -> PromptAdapter:
         options: dict[str, Any] = {
             "val_size": self.val_size, "failure_score": settings.failure_score, "pool": pool, "events": events,
+            "reflection_examples": reflection_examples,
             "reflection_prompt_template": self.reflection_prompt_template,
             "on_validated": self.run_log.validated if self.run_log is not None else None,
             "prompt_names": tuple(self.seed_candidate)}
