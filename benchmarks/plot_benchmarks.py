@@ -186,6 +186,9 @@ def headlines() -> dict[str, str]:
     floor = floor_s([W16])
     figures["w16 dspy.GEPA x floor"] = span(statistics.mean(c.baseline_walls) / floor for c in four.values()) + "×"
     figures["mlflow prompts speedup"] = span(mlflow_prompts_speedup(name) for name in MLFLOW_PROMPTS) + "×"
+    mlflow_calls = [r["predict_calls"] for name in MLFLOW_PROMPTS for r in load(name)["rows"]
+                    if r["config"] == "mlflow.GepaPromptOptimizer"]
+    figures["mlflow prompts MLflow's metric calls"] = f"{min(mlflow_calls)}-{max(mlflow_calls)}"
     for name in CELLS:
         figures[f"w16 held-out {name}"] = f"{four[name].test:.3f} ± {four[name].test_sd:.3f}"
         figures[f"w16 dspy.GEPA held-out {name}"] = f"{statistics.mean(four[name].baseline_tests):.3f}"

@@ -1,9 +1,17 @@
+import os
+
 import dspy
 import pytest
 
 from dspy_pxn import testing as sim
 from dspy_pxn.testing import LatencyServer
 from dspy_pxn.testing.mlflow_server import running_mlflow_server
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (the project's addopts): every core, at most 4. The slow tests start servers and subprocesses of
+    their own, so more workers than that buy contention, not speed."""
+    return max(1, min(os.cpu_count() or 1, 4))
 
 
 @pytest.fixture

@@ -68,6 +68,7 @@ QUOTED = {
     "w16 dspy.GEPA x floor": (["docs/reference/glossary.md"], "schedules.json"),
     "mlflow prompts speedup": (["README.md", "docs/benchmarks.md", "docs/guides/mlflow-prompts.md"],
                                "mlflow_prompts_notrace"),
+    "mlflow prompts MLflow's metric calls": (["docs/guides/mlflow-prompts.md"], "mlflow_prompts_notrace"),
 }
 
 
