@@ -88,12 +88,33 @@ def _mlflow_gepa(budget: int, reflection_model: str, seed: int) -> Any:
     return GepaPromptOptimizer(reflection_model=reflection_model, max_metric_calls=budget, gepa_kwargs={"seed": seed})
 
 
-def _batched(budget: int, reflection_model: str, seed: int) -> Any:
-    """dspy-pxn's BatchedGepaPromptOptimizer at its defaults: only the class changed."""
+def _batched(budget: int, reflection_model: str, seed: int, **settings: Any) -> Any:
+    """dspy-pxn's BatchedGepaPromptOptimizer at its defaults (only the class changed), or with ``settings``."""
     from dspy_pxn.tracking import BatchedGepaPromptOptimizer
 
+    gepa_kwargs = {"seed": seed, **settings.pop("gepa_kwargs", {})}
     return BatchedGepaPromptOptimizer(reflection_model=reflection_model, max_metric_calls=budget,
-                                      gepa_kwargs={"seed": seed})
+                                      gepa_kwargs=gepa_kwargs, **settings)
+
+
+def split_configs(text: str) -> list[str]:
+    """The comma-separated configs, a comma inside a config's ``{...}`` settings kept."""
+    configs, depth, current = [], 0, ""
+    for char in text:
+        depth += {"{": 1, "}": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            configs.append(current.strip())
+            current = ""
+        else:
+            current += char
+    return [*configs, current.strip()] if current.strip() else configs
+
+
+def optimizer_for(config: str, budget: int, reflection_model: str, seed: int) -> Any:
+    """A config's optimizer: a ``CONFIGS`` name, or ``BatchedGepaPromptOptimizer{...}`` with its settings as JSON
+    (e.g. ``BatchedGepaPromptOptimizer{"p": 3}``), to measure a setting a user would pass."""
+    name, _, settings = config.partition("{")
+    return CONFIGS[name](budget, reflection_model, seed, **(json.loads("{" + settings) if settings else {}))
 
 
 CONFIGS: dict[str, OptimizerFactory] = {
@@ -254,7 +275,7 @@ def run_one(config: str, args: argparse.Namespace, seed: int) -> dict[str, Any]:
         registered = mlflow.genai.register_prompt(name=PROMPT_NAME, template=sim.seed_instruction())
         prompt = mlflow.genai.load_prompt(registered.uri)  # once, at setup, as MLflow's docs show
         predict_fn = make_predict_fn(prompt, server.lm("task"), counter)
-        optimizer = CONFIGS[config](args.budget, REFLECTION_MODEL, seed)
+        optimizer = optimizer_for(config, args.budget, REFLECTION_MODEL, seed)
         evaluations = instrument(optimizer, counter, marks)
         server.reset_stats()
         start = time.perf_counter()
@@ -404,7 +425,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--test", type=int, default=100, help="held-out questions (instant, in process)")
     parser.add_argument("--task-latency", type=float, default=0.2, help="seconds per task LM call (one per predict_fn)")
     parser.add_argument("--reflection-latency", type=float, default=0.8, help="seconds per reflection call")
-    parser.add_argument("--landscape", default="depth", help="the simulated model's character: depth | breadth")
+    parser.add_argument("--landscape", default="depth", help="the simulated model's character: depth | breadth | chain")
     parser.add_argument("--no-tracing", action="store_true", help="mlflow.tracing.disable() for the run")
     parser.add_argument("--store", choices=["sqlite", "server"], default="sqlite",
                         help="where runs and traces go: a sqlite file, or that file behind `mlflow server` (HTTP)")
@@ -412,8 +433,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="also time the budget's rows with no optimizer (predict_fn + scorer on W threads)")
     parser.add_argument("--out", default=str(RESULTS / "mlflow_prompts.json"))
     args = parser.parse_args(argv)
-    configs = [c.strip() for c in args.configs.split(",")]
-    if unknown := [c for c in configs if c not in CONFIGS]:
+    configs = split_configs(args.configs)
+    if unknown := [c for c in configs if c.partition("{")[0] not in CONFIGS]:
         parser.error(f"unknown config(s) {unknown}: known {list(CONFIGS)}")
 
     from mlflow.environment_variables import MLFLOW_GENAI_EVAL_MAX_WORKERS

@@ -40,7 +40,7 @@ import json
 import logging
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -52,14 +52,18 @@ from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
 from dspy_pxn import width as widths
 from dspy_pxn.ledger.budget import RunShape
+from dspy_pxn.ledger.prices import token_prices, use_bundled_price_maps
 from dspy_pxn.cli.plan import ASSUMED_ACCEPTANCE
 from dspy_pxn.planning import RuntimeModel
 from dspy_pxn.planning.spread import batch_seconds, mean_factor, sigma_of, slowest_factor
-from dspy_pxn.width import auto_width
+from dspy_pxn.width import auto_width, screening_minibatch
 
 # A dspy.GEPA call with only the class name changed runs BatchedGEPA's defaults: at W = 16, B = 600 and
 # |val| = 30, p="auto" comes to 15 proposals in flight, async, with the sibling merge (and the crossover).
 CLASS_SWAP = {"BatchedGEPA": "async auto merge"}
+
+# The price pair every comparison's dollars are stated at: list prices of the price map DSPy ships (offline).
+PRICE_PAIR = {"task": "openai/gpt-4.1-mini", "reflection": "openai/gpt-5"}
 
 # p99/p50 of each latency model's call times (dspy_pxn.testing.latency); the planner has no straggler model.
 P99_RATIOS = {"fixed": 1.0, "lognormal": 4.0}
@@ -141,27 +145,46 @@ def ray_pool(config: str, workers: int) -> Iterator[object | None]:
 
 
 @contextmanager
-def task_and_reflection_lms(args, landscape: str, latency: str, seed: int) -> Iterator[tuple[dspy.BaseLM, dspy.BaseLM]]:
+def task_and_reflection_lms(args, landscape: str, latency: str, seed: int
+                            ) -> Iterator[tuple[dspy.BaseLM, dspy.BaseLM, Callable[[], dict]]]:
     """In-process simulated LMs, or with ``--server`` dspy.LM clients of a latency server of the
-    same landscape and call times: every call then goes over HTTP on loopback (DSPy's default engine)."""
+    same landscape and call times: every call then goes over HTTP on loopback (DSPy's default engine). The third
+    item reads the bill where the calls were answered: calls and the tokens of the text sent and received."""
     if not args.server:
-        yield lm(args, landscape, latency, seed, "task"), lm(args, landscape, latency, seed, "reflection")
+        task, reflection = lm(args, landscape, latency, seed, "task"), lm(args, landscape, latency, seed, "reflection")
+        yield task, reflection, lambda: {role: {"calls": model.call_stats.snapshot()["calls"]["total"],
+                                                **model.call_stats.snapshot()["tokens"]}
+                                         for role, model in (("task", task), ("reflection", reflection))}
         return
     task_s = args.task_latency * args.scale
     with sim.LatencyServer(task_latency=task_s, reflection_latency=args.reflection_ratio * task_s,
                            landscape=landscape, latency=latency, seed=seed) as server:
         server.warm_up()  # the engine's one-time start-up is not billed to the run
-        yield server.lm("task"), server.lm("reflection")
+        server.reset_stats()
+        yield server.lm("task"), server.lm("reflection"), lambda: {
+            role: dict(server.stats()["tokens"].get(f"sim-{role}", {"calls": 0, "prompt": 0, "completion": 0}))
+            for role in ("task", "reflection")}
+
+
+def dollars(bill: dict) -> float:
+    """The run's bill at the stated price pair (``PRICE_PAIR``: the task and reflection models' list prices, from
+    the price map DSPy ships, offline)."""
+    total = 0.0
+    for role, model in PRICE_PAIR.items():
+        price = token_prices(model)
+        total += price.of(bill[role]["prompt"], bill[role]["completion"])
+    return total
 
 
 def run_one(config: str, args, landscape: str, latency: str, seed: int) -> dict:
     train, val, test = sim.make_splits(seed=seed, train=args.train, val=args.val, test=args.test)
-    with (task_and_reflection_lms(args, landscape, latency, seed) as (task_lm, reflection_lm), dspy.context(lm=task_lm),
-          ray_pool(config, args.workers) as pool):
+    with (task_and_reflection_lms(args, landscape, latency, seed) as (task_lm, reflection_lm, read_bill),
+          dspy.context(lm=task_lm), ray_pool(config, args.workers) as pool):
         teleprompter = optimizer(config, args, reflection_lm, seed, pool)
         start = time.perf_counter()
         best = teleprompter.compile(sim.seed_program(), trainset=train, valset=val)
         wall = time.perf_counter() - start
+        bill = read_bill()
     results = best.detailed_results
     depths = lineage_depths(results.parents)
     # Held-out on an instant LM of the same landscape: the score, not its latency, is measured.
@@ -169,7 +192,7 @@ def run_one(config: str, args, landscape: str, latency: str, seed: int) -> dict:
         test_score = dspy.Evaluate(devset=test, metric=sim.score, num_threads=16, display_progress=False)(best).score / 100
     return {"config": config, "seed": seed, "wall_s": wall, "metric_calls": results.total_metric_calls,
             "candidates": len(results.candidates), "best_val": max(results.val_aggregate_scores), "test": test_score,
-            "generations": depths[results.best_idx], "deepest": max(depths)}
+            "generations": depths[results.best_idx], "deepest": max(depths), "bill": bill, "usd": dollars(bill)}
 
 
 def lineage_depths(parents: list[list[int | None]]) -> list[int]:
@@ -214,21 +237,49 @@ def planned_s(config: str, args, latency: str) -> float | None:
     if words[0] not in ("steps", "async") or latency not in P99_RATIOS:
         return None
     task_s = args.task_latency * args.scale
-    shape = RunShape(workers=args.workers, budget=args.budget, val_size=args.val, minibatch_size=3)
+    minibatch = next((int(w[1:]) for w in words[3:] if w.startswith("m") and w[1:].isdigit()), None)
+    wide = minibatch or screening_minibatch(args.train, args.val)  # the default's, above one proposal at a time
+    shape = RunShape(workers=args.workers, budget=args.budget, val_size=args.val, minibatch_size=wide)
     p, n = (auto_width(shape), 1) if words[1] == "auto" else map(int, words[1].split("x"))
+    if p * n == 1 and minibatch is None:
+        shape = RunShape(workers=args.workers, budget=args.budget, val_size=args.val, minibatch_size=3)
     model = RuntimeModel(task_s=task_s, reflection_s=args.reflection_ratio * task_s, acceptance=ASSUMED_ACCEPTANCE,
                          latency_p99_ratio=P99_RATIOS[latency])
     selection = words[2]
     return model.predict(p, n, shape, int(selection) if selection.isdigit() else selection, words[0]).wall_s
 
 
+def paired(mine: list[dict], theirs: list[dict], key: Callable[[dict], float]) -> tuple[float, float]:
+    """Mean and standard error of ``key(mine) - key(theirs)``, paired by seed."""
+    by_seed = {r["seed"]: r for r in theirs}
+    differences = [key(r) - key(by_seed[r["seed"]]) for r in mine if r["seed"] in by_seed]
+    if not differences:
+        return float("nan"), float("nan")
+    spread = statistics.stdev(differences) / len(differences) ** 0.5 if len(differences) > 1 else 0.0
+    return statistics.mean(differences), spread
+
+
+def bill_ratios(mine: list[dict], theirs: list[dict]) -> dict[str, float]:
+    """The bill of ``mine`` over ``theirs`` (ratios of means): reflection calls, reflection tokens in and out,
+    task tokens in, and dollars at the price pair."""
+    def mean(rows: list[dict], read: Callable[[dict], float]) -> float:
+        return statistics.mean(read(r) for r in rows)
+
+    reads = {"reflection_calls": lambda r: r["bill"]["reflection"]["calls"],
+             "reflection_in": lambda r: r["bill"]["reflection"]["prompt"],
+             "reflection_out": lambda r: r["bill"]["reflection"]["completion"],
+             "task_in": lambda r: r["bill"]["task"]["prompt"], "usd": lambda r: r["usd"]}
+    return {name: mean(mine, read) / max(mean(theirs, read), 1e-12) for name, read in reads.items()}
+
+
 def summarise(rows: list[dict], args, latency: str) -> list[dict]:
     floor = args.budget * args.task_latency * args.scale / args.workers
-    table, baseline = [], None
+    table, baseline, baseline_rows = [], None, None
     for config in args.configs.split(","):
         mine = [r for r in rows if r["config"] == config]
         wall = statistics.mean(r["wall_s"] for r in mine)
-        baseline = baseline or (wall if config in ("dspy.GEPA", "dspy.GEPA 1x1") else None)
+        if baseline is None and config in ("dspy.GEPA", "dspy.GEPA 1x1"):
+            baseline, baseline_rows = wall, mine
         tests = [r["test"] for r in mine]
         generations = statistics.mean(r["generations"] for r in mine)
         # The generations the run reached: its deepest candidate, which the run could not have had sooner.
@@ -240,6 +291,13 @@ def summarise(rows: list[dict], args, latency: str) -> list[dict]:
             "metric_calls": max(r["metric_calls"] for r in mine), "test_mean": statistics.mean(tests),
             "test_sd": statistics.stdev(tests) if len(tests) > 1 else 0.0, "tests": tests,
             "val_mean": statistics.mean(r["best_val"] for r in mine), "planned_s": planned_s(config, args, latency),
+            "reflection_calls": statistics.mean(r["bill"]["reflection"]["calls"] for r in mine),
+            "reflection_in": statistics.mean(r["bill"]["reflection"]["prompt"] for r in mine),
+            "reflection_out": statistics.mean(r["bill"]["reflection"]["completion"] for r in mine),
+            "usd": statistics.mean(r["usd"] for r in mine),
+            **({"test_vs_baseline": paired(mine, baseline_rows, lambda r: r["test"]),
+                "bill_vs_baseline": bill_ratios(mine, baseline_rows)} if baseline_rows and mine is not baseline_rows
+               else {}),
         })
     return table
 
@@ -275,8 +333,9 @@ def main() -> None:
                              "(one per run) instead of in-process waits; use with --parallel 1")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "schedules.json"))
     args = parser.parse_args()
+    use_bundled_price_maps()  # the prices the dollars are stated at come with DSPy: no network
 
-    report = {"args": vars(args), "tables": {}}
+    report = {"args": vars(args), "price_pair": PRICE_PAIR, "tables": {}}
     for landscape in args.landscapes.split(","):
         for latency in args.latencies.split(","):
             jobs = [(c, s) for s in range(args.first_seed, args.first_seed + args.seeds) for c in args.configs.split(",")]
@@ -298,6 +357,19 @@ def main() -> None:
                       f"{r['generations']:.1f} | {r['deepest']:.1f} | {speedup} | {planned} | {r['metric_calls']} / "
                       f"{args.budget} | {r['test_mean']:.3f} ± {r['test_sd']:.3f} | {r['val_mean']:.3f} | "
                       f"{' '.join(f'{t:.2f}' for t in r['tests'])} |", flush=True)
+            print(f"\nThe bill, counted where the calls were answered; dollars at {PRICE_PAIR['task']} (task) and "
+                  f"{PRICE_PAIR['reflection']} (reflection) list prices; paired by seed with the first dspy.GEPA row\n")
+            print("| config | reflection calls | reflection tokens in / out | $ | held-out − dspy.GEPA (se) | "
+                  "reflection calls × | reflection in × | $ × |")
+            print("|---|---|---|---|---|---|---|---|")
+            for r in table:
+                against = r.get("test_vs_baseline")
+                ratios = r.get("bill_vs_baseline")
+                print(f"| {r['config']} | {r['reflection_calls']:.1f} | {r['reflection_in']:.0f} / "
+                      f"{r['reflection_out']:.0f} | {r['usd']:.4f} | "
+                      + (f"{against[0]:+.3f} ({against[1]:.3f}) | {ratios['reflection_calls']:.2f} | "
+                         f"{ratios['reflection_in']:.2f} | {ratios['usd']:.2f} |" if against else "— | — | — | — |"),
+                      flush=True)
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out).write_text(json.dumps(report, indent=2))
 
