@@ -69,8 +69,8 @@ from pathlib import Path
 from typing import Any
 
 import dspy
-
 from dspy_pxn import testing as sim
+from dspy_pxn.testing.bill import PRICE_PAIR, dollars, from_server
 
 RESULTS = Path(__file__).parent / "results"
 PROMPT_NAME = "rule_arithmetic"
@@ -300,6 +300,7 @@ def run_one(config: str, args: argparse.Namespace, seed: int) -> dict[str, Any]:
         "full_evaluations": sum(rows == args.rows for rows, _ in evaluations), "budget": args.budget,
         "predict_calls": counter.calls - marks["calls_before"], "predict_calls_setup": marks["calls_before"],
         "server_task_calls": stats["calls"]["task"], "reflection_calls": stats["calls"]["reflection"],
+        "bill": from_server(stats), "usd": dollars(from_server(stats)),
         "max_in_flight": stats["max_in_flight"], "clients": stats["clients"],
         "initial_score": result.initial_eval_score, "final_score": result.final_eval_score,
         "held_out_seed": held_out(sim.seed_instruction(), test, args.landscape),
@@ -400,6 +401,51 @@ def print_wall_split(table: list[dict[str, Any]]) -> None:
               f"{t['mean_call_s']:.3f} | {t['idle_seed_s']:.2f} | {t['idle_search_s']:.2f} | {t['idle_end_s']:.2f} |")
 
 
+def compared(rows: list[dict[str, Any]], configs: list[str], against: str = "mlflow.GepaPromptOptimizer"
+             ) -> list[dict[str, Any]]:
+    """Each config against MLflow's optimizer, paired by seed (seeds are independent runs): speedup (their mean
+    wall over ours, and per seed), the mean difference of the final and held-out scores with its standard error,
+    and the bill (reflection calls, reflection tokens in, dollars at ``bill.PRICE_PAIR``) as ratios of means."""
+    theirs = {r["seed"]: r for r in rows if r["config"] == against}
+    out = []
+    for config in configs:
+        pairs = [(r, theirs[r["seed"]]) for r in rows if r["config"] == config and r["seed"] in theirs]
+        if config == against or not pairs:
+            continue
+
+        def paired(key: str) -> tuple[float, float]:
+            differences = [mine[key] - other[key] for mine, other in pairs]
+            spread = statistics.stdev(differences) / math.sqrt(len(differences)) if len(differences) > 1 else 0.0
+            return statistics.mean(differences), spread
+
+        def ratio(read: Callable[[dict[str, Any]], float]) -> float:
+            return statistics.mean(read(m) for m, _ in pairs) / max(statistics.mean(read(o) for _, o in pairs), 1e-12)
+
+        out.append({
+            "config": config, "seeds": len(pairs),
+            "speedup": statistics.mean(o["wall_s"] for _, o in pairs) / statistics.mean(m["wall_s"] for m, _ in pairs),
+            "speedup_per_seed": [o["wall_s"] / m["wall_s"] for m, o in pairs],
+            "final": paired("final_score"), "held_out": paired("held_out_final"),
+            "reflection_calls": ratio(lambda r: r["bill"]["reflection"]["calls"]),
+            "reflection_in": ratio(lambda r: r["bill"]["reflection"]["prompt"]),
+            "usd": ratio(lambda r: r["usd"]), "calls_max": max(m["predict_calls"] for m, _ in pairs),
+        })
+    return out
+
+
+def print_compared(table: list[dict[str, Any]]) -> None:
+    print("\n### against MLflow's GepaPromptOptimizer, paired by seed (dollars at "
+          f"{PRICE_PAIR['task']} task / {PRICE_PAIR['reflection']} reflection)\n")
+    print("| config | seeds | sooner (per seed) | final − MLflow's (se) | held-out − MLflow's (se) | "
+          "reflection calls × | reflection in × | $ × |")
+    print("|---|---|---|---|---|---|---|---|")
+    for t in table:
+        low, high = min(t["speedup_per_seed"]), max(t["speedup_per_seed"])
+        print(f"| {t['config']} | {t['seeds']} | {t['speedup']:.2f}× ({low:.2f}-{high:.2f}) | "
+              f"{t['final'][0]:+.3f} ({t['final'][1]:.3f}) | {t['held_out'][0]:+.3f} ({t['held_out'][1]:.3f}) | "
+              f"{t['reflection_calls']:.2f} | {t['reflection_in']:.2f} | {t['usd']:.2f} |")
+
+
 def import_autolog_integrations() -> None:
     """MLflow imports its autolog integrations lazily under a lock of its own, which a background thread of its
     prompt registry (``link_prompt_to_experiment``) can take in the other order: with a tracking server the two
@@ -444,6 +490,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print_rows(rows, args)
     table = summarise(rows, configs)
     print_wall_split(table)
+    comparison = compared(rows, configs)
+    print_compared(comparison)
     alone = [rows_alone(args, seed) for seed in range(args.seeds)] if args.rows_alone else []
     for r in alone:
         print(f"\nrows alone, seed {r['seed']}: {r['rows']} rows on {r['workers']} threads in {r['wall_s']:.2f} s "
@@ -454,7 +502,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         "litellm": version("litellm"),
                         "MLFLOW_GENAI_EVAL_MAX_WORKERS": MLFLOW_GENAI_EVAL_MAX_WORKERS.get(),
                         "reflection_model": REFLECTION_MODEL, "lm_cache": False, "cpus": os.cpu_count()},
-        "table": table, "rows": rows, "rows_alone": alone,
+        "table": table, "compared": comparison, "price_pair": PRICE_PAIR, "rows": rows, "rows_alone": alone,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))

@@ -46,10 +46,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import dspy
-from gepa.strategies.proposal_sampling import PxNSampling
 
 from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
+from dspy_pxn.testing.bill import PRICE_PAIR, dollars, from_server
 from dspy_pxn import width as widths
 from dspy_pxn.ledger.budget import RunShape
 from dspy_pxn.ledger.prices import token_prices, use_bundled_price_maps
@@ -59,11 +59,26 @@ from dspy_pxn.planning.spread import batch_seconds, mean_factor, sigma_of, slowe
 from dspy_pxn.width import auto_width, screening_minibatch
 
 # A dspy.GEPA call with only the class name changed runs BatchedGEPA's defaults: at W = 16, B = 600 and
-# |val| = 30, p="auto" comes to 15 proposals in flight, async, with the sibling merge (and the crossover).
+# |val| = 30, p="auto" comes to 5 proposals in flight, each screened on 8 examples, async, with the sibling merge
+# (and the crossover).
 CLASS_SWAP = {"BatchedGEPA": "async auto merge"}
+# The class swap, and with one setting a user may add: ``reflection_minibatch_size=3`` screens on dspy.GEPA's 3
+# (more proposals, so more reflection calls, at the same metric calls); "$": ``max_cost_usd`` set to what dspy.GEPA
+# spent on the same call (``--equal-dollars-from``), the dollars binding rather than the metric calls.
+CLASS_SWAPS: dict[str, dict] = {
+    "BatchedGEPA": {}, "BatchedGEPA m3": {"reflection_minibatch_size": 3},
+    "BatchedGEPA $": {"equal_dollars": True}, "BatchedGEPA m3 $": {"reflection_minibatch_size": 3, "equal_dollars": True},
+}
+# An equal-dollar run's metric-call budget, in multiples of --budget: high enough that the dollars bind.
+EQUAL_DOLLARS_CALLS = 10
 
-# The price pair every comparison's dollars are stated at: list prices of the price map DSPy ships (offline).
-PRICE_PAIR = {"task": "openai/gpt-4.1-mini", "reflection": "openai/gpt-5"}
+
+def as_schedule(config: str) -> str:
+    """A class swap's config as the schedule words it runs ("async auto merge", with its "mK" dial)."""
+    if config not in CLASS_SWAPS:
+        return config
+    minibatch = CLASS_SWAPS[config].get("reflection_minibatch_size")
+    return CLASS_SWAP["BatchedGEPA"] + (f" m{minibatch}" if minibatch else "")
 
 # p99/p50 of each latency model's call times (dspy_pxn.testing.latency); the planner has no straggler model.
 P99_RATIOS = {"fixed": 1.0, "lognormal": 4.0}
@@ -79,18 +94,41 @@ DEFAULT_CONFIGS = (
 def lm(args, landscape: str, latency: str, seed: int, kind: str) -> sim.SimulatedLM:
     task_s = args.task_latency * args.scale
     return sim.SimulatedLM(
-        task_latency=task_s, reflection_latency=args.reflection_ratio * task_s, latency=latency,
+        f"openai/sim-{kind}", task_latency=task_s, reflection_latency=args.reflection_ratio * task_s, latency=latency,
         seed=seed * 2 + (kind == "reflection"), landscape=landscape,
     )
 
 
-def optimizer(config: str, args, reflection_lm: dspy.BaseLM, seed: int, pool=None) -> dspy.Teleprompter:
+def price_the_simulated_models() -> None:
+    """The simulated task and reflection models priced as the price pair, as a user registers a model litellm does
+    not know: what a dollar cap (``max_cost_usd``) reads in the equal-dollar configs."""
+    import litellm
+
+    for role, model in PRICE_PAIR.items():
+        price = token_prices(model)
+        litellm.register_model({f"openai/sim-{role}": {"input_cost_per_token": price.prompt,
+                                                        "output_cost_per_token": price.completion,
+                                                        "litellm_provider": "openai", "mode": "chat"}})
+
+
+def equal_dollars(args, landscape: str, latency: str, seed: int) -> float:
+    """What dspy.GEPA spent on the same call (its row in ``--equal-dollars-from``), at the price pair."""
+    report = json.loads(Path(args.equal_dollars_from).read_text())
+    rows = report["tables"][f"{landscape}/{latency}"]["rows"]
+    return next(r["usd"] for r in rows if r["config"] == "dspy.GEPA" and r["seed"] == seed)
+
+
+def optimizer(config: str, args, reflection_lm: dspy.BaseLM, seed: int, pool=None,
+              dollars: float | None = None) -> dspy.Teleprompter:
     swapped = dict(metric=sim.metric, max_metric_calls=args.budget, reflection_lm=reflection_lm,
                    num_threads=args.workers, seed=seed)
     if config == "dspy.GEPA":  # every other argument at dspy.GEPA's default (use_merge=True)
         return dspy.GEPA(**swapped, track_stats=True)
-    if config == "BatchedGEPA":  # the same call, the class name changed
-        return BatchedGEPA(**swapped)
+    if config in CLASS_SWAPS:  # the same call, the class name changed (and a setting a user may add)
+        settings = dict(CLASS_SWAPS[config])
+        if settings.pop("equal_dollars", False):  # what dspy.GEPA spent binds, not the metric calls
+            settings.update(max_cost_usd=dollars, max_metric_calls=EQUAL_DOLLARS_CALLS * args.budget)
+        return BatchedGEPA(**{**swapped, **settings})
     common = {**swapped, "use_merge": False}
     if config == "dspy.GEPA 1x1":
         return dspy.GEPA(**common, track_stats=True)
@@ -161,26 +199,17 @@ def task_and_reflection_lms(args, landscape: str, latency: str, seed: int
                            landscape=landscape, latency=latency, seed=seed) as server:
         server.warm_up()  # the engine's one-time start-up is not billed to the run
         server.reset_stats()
-        yield server.lm("task"), server.lm("reflection"), lambda: {
-            role: dict(server.stats()["tokens"].get(f"sim-{role}", {"calls": 0, "prompt": 0, "completion": 0}))
-            for role in ("task", "reflection")}
+        yield server.lm("task"), server.lm("reflection"), lambda: from_server(server.stats())
 
 
-def dollars(bill: dict) -> float:
-    """The run's bill at the stated price pair (``PRICE_PAIR``: the task and reflection models' list prices, from
-    the price map DSPy ships, offline)."""
-    total = 0.0
-    for role, model in PRICE_PAIR.items():
-        price = token_prices(model)
-        total += price.of(bill[role]["prompt"], bill[role]["completion"])
-    return total
 
 
 def run_one(config: str, args, landscape: str, latency: str, seed: int) -> dict:
     train, val, test = sim.make_splits(seed=seed, train=args.train, val=args.val, test=args.test)
     with (task_and_reflection_lms(args, landscape, latency, seed) as (task_lm, reflection_lm, read_bill),
           dspy.context(lm=task_lm), ray_pool(config, args.workers) as pool):
-        teleprompter = optimizer(config, args, reflection_lm, seed, pool)
+        cap = equal_dollars(args, landscape, latency, seed) if "$" in config else None
+        teleprompter = optimizer(config, args, reflection_lm, seed, pool, cap)
         start = time.perf_counter()
         best = teleprompter.compile(sim.seed_program(), trainset=train, valset=val)
         wall = time.perf_counter() - start
@@ -215,7 +244,7 @@ def critical_path_s(config: str, args, latency: str = "fixed") -> float:
     plus a merge's reflection where the selection merges. Under
     lognormal call times each wait is its expected value: the slowest of m calls for a screening, the
     slowest of the validation's last wave, a reflection's mean (``dspy_pxn.planning.spread``)."""
-    config = CLASS_SWAP.get(config, config)
+    config = as_schedule(config)
     task_s = args.task_latency * args.scale
     reflection_s = args.reflection_ratio * task_s
     sigma = sigma_of(P99_RATIOS.get(latency, 1.0))
@@ -233,7 +262,7 @@ def limit_floor_s(args, latency: str) -> float:
 
 def planned_s(config: str, args, latency: str) -> float | None:
     """The planner's wall for a BatchedGEPA config, as ``dspy-pxn plan`` would predict it before the run."""
-    words = CLASS_SWAP.get(config, config).split()
+    words = as_schedule(config).split()
     if words[0] not in ("steps", "async") or latency not in P99_RATIOS:
         return None
     task_s = args.task_latency * args.scale
@@ -272,9 +301,13 @@ def bill_ratios(mine: list[dict], theirs: list[dict]) -> dict[str, float]:
     return {name: mean(mine, read) / max(mean(theirs, read), 1e-12) for name, read in reads.items()}
 
 
-def summarise(rows: list[dict], args, latency: str) -> list[dict]:
+def summarise(rows: list[dict], args, latency: str, landscape: str = "") -> list[dict]:
     floor = args.budget * args.task_latency * args.scale / args.workers
     table, baseline, baseline_rows = [], None, None
+    if args.equal_dollars_from and "dspy.GEPA" not in args.configs.split(","):  # the dspy.GEPA runs priced there
+        earlier = json.loads(Path(args.equal_dollars_from).read_text())["tables"][f"{landscape}/{latency}"]["rows"]
+        baseline_rows = [r for r in earlier if r["config"] == "dspy.GEPA"]
+        baseline = statistics.mean(r["wall_s"] for r in baseline_rows)
     for config in args.configs.split(","):
         mine = [r for r in rows if r["config"] == config]
         wall = statistics.mean(r["wall_s"] for r in mine)
@@ -331,9 +364,11 @@ def main() -> None:
     parser.add_argument("--server", action="store_true",
                         help="every LM call through dspy.LM and HTTP to a latency server on loopback "
                              "(one per run) instead of in-process waits; use with --parallel 1")
+    parser.add_argument("--equal-dollars-from", help="a results file with dspy.GEPA's rows: the '$' configs' dollars")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "schedules.json"))
     args = parser.parse_args()
     use_bundled_price_maps()  # the prices the dollars are stated at come with DSPy: no network
+    price_the_simulated_models()
 
     report = {"args": vars(args), "price_pair": PRICE_PAIR, "tables": {}}
     for landscape in args.landscapes.split(","):
@@ -341,7 +376,7 @@ def main() -> None:
             jobs = [(c, s) for s in range(args.first_seed, args.first_seed + args.seeds) for c in args.configs.split(",")]
             with ThreadPoolExecutor(max_workers=args.parallel) as executor:
                 rows = list(executor.map(lambda job: run_one(job[0], args, landscape, latency, job[1]), jobs))
-            table = summarise(rows, args, latency)
+            table = summarise(rows, args, latency, landscape)
             report["tables"][f"{landscape}/{latency}"] = {"rows": rows, "table": table}
             print(f"\n### landscape {landscape}, latency {latency} (T_e {args.task_latency * args.scale:g} s, "
                   f"T_r {args.reflection_ratio * args.task_latency * args.scale:g} s, B {args.budget}, W {args.workers}, "

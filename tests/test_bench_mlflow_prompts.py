@@ -20,6 +20,9 @@ FIELDS = {"config", "seed", "tracing", "wall_s", "optimize_s", "budget", "predic
 
 
 def load_bench() -> ModuleType:
+    """The script as a module, its siblings importable as when it is run (``python benchmarks/...``)."""
+    if str(BENCH.parent) not in sys.path:
+        sys.path.insert(0, str(BENCH.parent))
     spec = importlib.util.spec_from_file_location("bench_mlflow_prompts", BENCH)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
