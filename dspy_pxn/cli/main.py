@@ -136,7 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--cost-per-call-usd", type=float,
                       help="dollars per metric call, reflection included, without --from-run")
     plan.add_argument("--val-size", type=int, required=True, help="|val|: validation examples")
-    plan.add_argument("--minibatch-size", type=int, default=3, help="reflection minibatch (default 3)")
+    plan.add_argument("--minibatch-size", type=int,
+                      help="reflection minibatch (default: BatchedGEPA's, 3 at one proposal at a time and a quarter "
+                           "of --val-size above it)")
     plan.add_argument("--from-run", metavar="RUN",
                       help="fit latencies and acceptance from a finished run: its log_dir or MLflow run id")
     plan.add_argument("--tracking-uri", help="MLflow tracking URI for --from-run RUN_ID (default: MLflow's)")

@@ -7,6 +7,7 @@ import math
 import os
 import re
 import tempfile
+from dataclasses import replace
 
 from dspy_pxn.ledger.budget import RunShape
 from dspy_pxn.cli.errors import UsageError
@@ -15,7 +16,7 @@ from dspy_pxn.planning import RuntimeModel, parse_shapes, shapes_for
 from dspy_pxn.planning.measured import measured
 from dspy_pxn.records import STEP_LOG_NAME, StepRecord, read_step_log
 from dspy_pxn.selection import parse as parse_selection
-from dspy_pxn.width import auto_width
+from dspy_pxn.width import REFLECTION_EXAMPLES, auto_width, screening_minibatch
 
 # Without a finished run to fit, the planner assumes the paper's regime: reflection 4x a
 # task call, and LiveBench-Math's 1×1 acceptance (17% of iterations validated).
@@ -115,7 +116,13 @@ def plan_command(args: argparse.Namespace) -> int:
     steps = steps_from_run(args.from_run, args.tracking_uri) if args.from_run else None
     budget, bought = budget_bought(args, steps)
     shape = RunShape(workers=args.workers, budget=budget, val_size=args.val_size,
-                     minibatch_size=args.minibatch_size)
+                     minibatch_size=args.minibatch_size or screening_minibatch(budget, args.val_size))
+
+    def at_width(width: int) -> RunShape:
+        """The shape a setting of this width runs: BatchedGEPA's minibatch for it unless --minibatch-size."""
+        m = args.minibatch_size or (REFLECTION_EXAMPLES if width == 1 else shape.minibatch_size)
+        return replace(shape, minibatch_size=m)
+
     fit_check = ""
     if steps:
         model = RuntimeModel.fit(steps)
@@ -128,12 +135,14 @@ def plan_command(args: argparse.Namespace) -> int:
     shapes = parse_shapes(args.shapes) if args.shapes else shapes_for(shape)
     settings = [(schedule.strip(), parse_selection(selection))
                 for schedule in args.schedules.split(",") for selection in args.selection.split(",")]
-    predictions = [model.predict(p, n, shape, selection, schedule)
+    predictions = [model.predict(p, n, at_width(p * n), selection, schedule)
                    for schedule, selection in settings for p, n in shapes]
     front = model.front(predictions)
     ranked = (front + sorted((pr for pr in predictions if pr not in front), key=lambda pr: pr.wall_s))[: args.top]
-    reference = model.predict(1, 1, shape, "all")
-    defaults = model.predict(auto_width(shape), 1, shape, "merge", "async")  # BatchedGEPA() with no p, n, ...
+    reference = model.predict(1, 1, at_width(1), "all")
+    wide = auto_width(shape)  # BatchedGEPA() with no p, n, ...: its width, at its minibatch
+    defaults = (model.predict(wide, 1, shape, "merge", "async") if wide > 1
+                else model.predict(1, 1, at_width(1), "all", "steps"))
     if not any(same_setting(pr, defaults) for pr in ranked):
         ranked.append(defaults)
     target = args.min_generations if args.min_generations is not None else reference.generations / 2
