@@ -259,7 +259,7 @@ def test_the_planner_ranks_the_front_of_speed_and_depth_and_picks_a_deep_enough_
 
 
 def test_the_plan_always_shows_the_defaults_and_marks_what_was_never_measured(capsys):
-    """The top of the time ranking is often a setting whose held-out quality nobody measured (async 8×2 all)."""
+    """The top of the time ranking is often a setting whose held-out quality nobody measured."""
     assert cli(["plan", "--workers", "16", "--budget", "600", "--val-size", "30"]) == 0
     rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]
     table = {(cells[1].strip(), cells[2].strip(), cells[3].strip()): cells for cells in rows}
