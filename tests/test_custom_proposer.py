@@ -100,3 +100,28 @@ def test_a_merge_the_proposer_writes_reads_every_improving_childs_feedback():
     (base, dataset, components), = asked
     assert base == {"predict": "best"} and components == ["predict"]
     assert [item["Feedback"] for item in dataset["predict"]] == ["lesson 0", "lesson 1", "lesson 2"]
+
+
+def test_a_wide_run_validates_only_code_the_users_code_proposer_wrote(task_lm, splits):
+    """dspy.Flex source is never merged as prose: in a merge the best rewrite stands, and with a custom
+    ``code_proposer`` every rewrite is the proposer's."""
+    from dspy.teleprompt.gepa.gepa_flex_utils import propose_code
+
+    from dspy_pxn import testing as sim
+    from tests.test_drop_in import flex
+
+    wrote: list[str] = []
+    proposer_lm = sim.SimulatedLM(reflection_error_rate=0.0)
+
+    def code_proposer(*, candidate, reflective_dataset, components_to_update, task_descriptions, context_blurbs):
+        texts = propose_code(components_to_update, candidate, reflective_dataset, task_descriptions, context_blurbs,
+                             proposer_lm)
+        wrote.extend(texts.values())
+        return texts
+
+    program = flex()
+    seed_source = program.module_src
+    result = BatchedGEPA(metric=sim.metric, reflection_lm=None, code_proposer=code_proposer, p=3, n=1,
+                         max_metric_calls=150).compile(program, trainset=splits.train, valset=splits.val).detailed_results
+    sources = {candidate.module_src for candidate in result.candidates}
+    assert len(sources) > 1 and sources <= {seed_source, *wrote}
