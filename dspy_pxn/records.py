@@ -127,14 +127,7 @@ class StepRecord:
 
     @classmethod
     def from_json(cls, line: str) -> StepRecord:
-        """A logged record, including one written before the two merges had their own names."""
-        fields = json.loads(line)
-        for old, new in RENAMED_FIELDS.items():
-            if old in fields:
-                fields[new] = fields.pop(old)
-        if fields.get("kind") == "merge":
-            fields["kind"] = "crossover"
-        return cls(**fields)
+        return cls(**json.loads(line))
 
     def summary(self) -> str:
         """What the step did, in a user's words, e.g. '16 proposals screened (from 4 parents), 5 improved,
@@ -151,10 +144,6 @@ class StepRecord:
         parts.append(validated)
         parts.append(f"best val {self.best_val:.3f}")
         return ", ".join(parts)
-
-
-# Fields logged under other names by earlier versions: the sibling merge's were "merged" and "merge_s".
-RENAMED_FIELDS = {"merged": "sibling_merged", "merge_s": "sibling_merge_s"}
 
 
 def bill(step: UsageTotals, run: UsageTotals) -> dict[str, int | float | None]:

@@ -22,7 +22,6 @@ from gepa.strategies.proposal_selection import SelectionStrategy
 
 from dspy_pxn import checks, gepa_options, metrics
 from dspy_pxn import selection as selections
-from dspy_pxn.deprecated import accepts_former_names
 from dspy_pxn.ledger.limiter import LMCallLimiter, limiter_for
 from dspy_pxn.pools import WorkerPool
 from dspy_pxn.program_target import ProgramTarget
@@ -44,9 +43,7 @@ class BatchedGEPA(dspy.GEPA):
     proposals at the concurrency that call already had (``num_threads``, or DSPy's setting), the
     crossover included, within the same budget. With ``p=1, n=1`` the run proposes the same
     candidates as dspy.GEPA for the same seed and a deterministic LM, stopping at the last step
-    that fits the budget instead of overshooting it. The names earlier releases took (the MLflow
-    shorthands, ``callbacks``, ``step_sinks``, ``testset``, ...) still work for one release, with a
-    ``DeprecationWarning`` naming their replacement (``dspy_pxn.deprecated``).
+    that fits the budget instead of overshooting it.
 
     Args:
         metric: GEPA's feedback metric ``(gold, pred, trace=None, pred_name=None, pred_trace=None)``,
@@ -157,7 +154,6 @@ class BatchedGEPA(dspy.GEPA):
             where dspy.GEPA raises one, so code written for dspy.GEPA keeps catching it).
     """
 
-    @accepts_former_names
     def __init__(
         self,
         metric: Callable[..., Any] | None = None,
@@ -267,7 +263,6 @@ class BatchedGEPA(dspy.GEPA):
             gepa_kwargs=MappingProxyType(rest), callbacks=options.callbacks,
             stop_callbacks=options.stop_callbacks, tracker=chosen_tracker(tracker, use_mlflow),
         )
-        self.former_testset: list[Example] | None = None  # BatchedGEPA(testset=...): deprecated (``compile``'s)
 
     def compile(
         self,
@@ -302,7 +297,7 @@ class BatchedGEPA(dspy.GEPA):
         """
         if teacher is not None:
             raise checks.ArgumentError("teacher is not supported by GEPA; pass teacher=None.")
-        testset = checks.dataset("testset", testset) if testset is not None else self.former_testset
+        testset = checks.dataset("testset", testset) if testset is not None else None
         try:
             target = ProgramTarget.of(self.settings, student)
             run = Run.prepare(self.settings, target, trainset, valset, testset)

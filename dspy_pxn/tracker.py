@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
-from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from dspy_pxn.description import RunDescription
@@ -60,28 +59,9 @@ class Tracker(Protocol):
     def start(self, description: RunDescription, *, log_dir: str | None, usage: RunLedger) -> TrackedRun: ...
 
 
-@dataclass(frozen=True)
-class TrackingArguments:
-    """BatchedGEPA's convenience arguments for tracking, as given (None: not given)."""
-
-    mlflow: bool | None = None
-    tracking_uri: str | None = None
-    experiment: str | None = None
-    run_name: str | None = None
-    run_tags: Mapping[str, str] | None = None
-    registered_model_name: str | None = None
-
-    @property
-    def given(self) -> bool:
-        return self.mlflow is not None or any(
-            v is not None
-            for v in (self.tracking_uri, self.experiment, self.run_name, self.run_tags, self.registered_model_name)
-        )
-
-
 # The tracker of the enclosing ``with ...`` block (a sweep), if any.
 _AMBIENT: contextvars.ContextVar[Tracker | None] = contextvars.ContextVar("dspy_pxn_tracker", default=None)
-_FROM_ARGUMENTS: list[Callable[[TrackingArguments], Tracker | None]] = []
+_DEFAULT_TRACKERS: list[Callable[[bool], Tracker | None]] = []
 _AROUND_COMPILE: list[Callable[[], AbstractContextManager[Any]]] = []
 
 
@@ -112,18 +92,20 @@ def tracking_by_default(tracker: Tracker) -> Iterator[Tracker]:
         _AMBIENT.reset(token)
 
 
-def register_argument_tracker(factory: Callable[[TrackingArguments], Tracker | None]) -> None:
-    """Let ``factory`` turn BatchedGEPA's tracking arguments into a tracker (the last one registered wins)."""
-    _FROM_ARGUMENTS.append(factory)
+def register_default_tracker(factory: Callable[[bool], Tracker | None]) -> None:
+    """Let ``factory`` say the tracker a compile gets without a ``tracker=`` (its argument: ``use_mlflow``; the
+    last one registered wins)."""
+    _DEFAULT_TRACKERS.append(factory)
 
 
-def from_arguments(arguments: TrackingArguments) -> Tracker | None:
-    """The tracker the arguments ask for (checked now, before any LM call), or None."""
-    if not _FROM_ARGUMENTS:
-        if (arguments.mlflow or arguments.given) and arguments.mlflow is not False:
+def default_tracker(use_mlflow: bool) -> Tracker | None:
+    """MLflow's tracker with its defaults for ``use_mlflow=True`` (checked now, before any LM call); otherwise what
+    the tooling asks of every compile, or None."""
+    if not _DEFAULT_TRACKERS:
+        if use_mlflow:
             raise ImportError("MLflow tracking needs dspy_pxn.tracking: import dspy_pxn (not only its submodules).")
         return None
-    return _FROM_ARGUMENTS[-1](arguments)
+    return _DEFAULT_TRACKERS[-1](use_mlflow)
 
 
 def chosen_tracker(given: Any, use_mlflow: bool) -> Tracker | Literal[False] | None:
@@ -135,7 +117,7 @@ def chosen_tracker(given: Any, use_mlflow: bool) -> Tracker | Literal[False] | N
     if use_mlflow and given is not None:
         raise ValueError(f"use_mlflow=True and tracker={given!r} say two things: pass use_mlflow=True for MLflow with "
                          "its defaults, or tracker=dspy_pxn.tracking.MlflowTracker(...) to choose where.")
-    return from_arguments(TrackingArguments(mlflow=True)) if use_mlflow else given
+    return default_tracker(True) if use_mlflow else given
 
 
 def effective_tracker(chosen: Tracker | Literal[False] | None) -> Tracker | None:
@@ -143,7 +125,7 @@ def effective_tracker(chosen: Tracker | Literal[False] | None) -> Tracker | None
     asks of every compile (MLflow's when ``mlflow.dspy.autolog(log_compiles=True)`` is on); none for ``False``."""
     if chosen is False:
         return None
-    return chosen or _AMBIENT.get() or from_arguments(TrackingArguments())
+    return chosen or _AMBIENT.get() or default_tracker(False)
 
 
 def start_tracked_run(tracker: Tracker | None, description: RunDescription, *, log_dir: str | None,

@@ -25,10 +25,11 @@ def test_a_step_says_what_it_did():
     assert "(a crossover)" in record(kind="crossover", proposals=1).summary()
 
 
-def test_a_record_round_trips_and_an_old_log_line_reads_with_todays_names():
-    now = record(improved=2, sibling_merged=2, sibling_merge_s=0.4)
+def test_a_record_round_trips_and_a_line_without_the_bill_reads_with_its_defaults():
+    now = record(improved=2, sibling_merged=2, sibling_merge_s=0.4, reflection_lm_calls=3, task_cost_usd=0.01)
     assert StepRecord.from_json(now.to_json()) == now
-    old = json.loads(now.to_json())
-    old["merged"], old["merge_s"], old["kind"] = old.pop("sibling_merged"), old.pop("sibling_merge_s"), "merge"
-    read = StepRecord.from_json(json.dumps(old))
-    assert (read.sibling_merged, read.sibling_merge_s, read.kind) == (2, 0.4, "crossover")
+    bill = {f"{role}_{name}" for role in ("task", "reflection")
+            for name in ("lm_calls", "prompt_tokens", "completion_tokens", "cost_usd")}
+    before_the_bill = {k: v for k, v in json.loads(now.to_json()).items() if k not in bill}
+    read = StepRecord.from_json(json.dumps(before_the_bill))
+    assert (read.reflection_lm_calls, read.task_cost_usd, read.sibling_merged) == (0, None, 2)

@@ -23,7 +23,6 @@ from dspy_pxn import testing as sim
 from dspy_pxn.ledger.prices import token_prices
 from dspy_pxn.testing import LatencyServer
 from dspy_pxn.testing.mlflow_server import NO_PROXY, MlflowServer, free_port
-from dspy_pxn.tracker import TrackingArguments
 from dspy_pxn.tracking import (
     BEST_RUN_TAG,
     CONFIG_TAG,
@@ -358,9 +357,6 @@ def test_tracking_arguments_are_checked_before_any_lm_call(tmp_path):
         MlflowTracker(experiment="")
     with pytest.raises(ValueError, match="tracking_uri must be a non-empty string"):
         MlflowTracker(tracking_uri="  ")
-    # mlflow=False beside a place to track, which only the former shorthands can say (tests/test_deprecated.py).
-    with pytest.raises(ValueError, match="mlflow=False contradicts"):
-        MlflowTracker.from_arguments(TrackingArguments(mlflow=False, tracking_uri="http://127.0.0.1:5000"))
     with pytest.raises(FileNotFoundError, match="not a dspy-pxn run directory"):
         import_step_log(str(tmp_path))
     store = f"sqlite:///{tmp_path}/s.db"

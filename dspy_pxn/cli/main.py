@@ -21,16 +21,6 @@ from dspy_pxn.cli.tasks import TASKS, parents_flag
 from dspy_pxn.width import AUTO
 
 
-class FormerFlag(argparse.Action):
-    """A flag's former name: it still works for one release, and says which to type instead."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
-        print(f"{option_string} is deprecated: use --{self.dest.replace('_', '-')} (it will be removed in the next "
-              "release).", file=sys.stderr)
-        setattr(namespace, self.dest, values)
-
-
 def _run_options(parser: argparse.ArgumentParser, demo: bool = False) -> None:
     """Options shared by optimize, sweep and demo."""
     d = DEMO_DEFAULTS if demo else {}
@@ -78,7 +68,6 @@ def _run_options(parser: argparse.ArgumentParser, demo: bool = False) -> None:
     parser.add_argument("--no-format-feedback", action="store_true",
                         help="do not show output-format failures to the reflector (dspy.GEPA's default)")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLflow's, i.e. ./mlflow.db)")
-    parser.add_argument("--mlflow-uri", dest="tracking_uri", action=FormerFlag, help=argparse.SUPPRESS)
     parser.add_argument("--experiment", help="MLflow experiment (default: dspy-pxn-TASK)")
     parser.add_argument("--no-mlflow", action="store_true", help="do not track in MLflow (log_dir still has everything)")
     parser.add_argument("--register-model", metavar="NAME",

@@ -12,7 +12,7 @@ builds one from its convenience arguments through the factory registered below.
     compare_experiment("hover", "comparison/")               # plots and table (dspy_pxn.tracking.compare)
 """
 
-from dspy_pxn.tracker import register_argument_tracker, register_around_compile
+from dspy_pxn.tracker import register_around_compile, register_default_tracker
 from dspy_pxn.tracking.autolog import no_compile_traces
 from dspy_pxn.tracking.importer import ImportedRun, import_step_log
 from dspy_pxn.tracking.mlflow_io import BEST_RUN_TAG, CONFIG_TAG, KIND_TAG, MODEL_TAG, PARENT_TAG, SWEEP_TAG
@@ -20,7 +20,7 @@ from dspy_pxn.tracking.parent import Sweep, current_sweep
 from dspy_pxn.tracking.run import MlflowRun, MlflowTracker
 from dspy_pxn.tracking.sweep import sweep
 
-register_argument_tracker(MlflowTracker.from_arguments)
+register_default_tracker(MlflowTracker.by_default)
 register_around_compile(no_compile_traces)  # under mlflow.dspy.autolog(): no trace per rollout
 
 

@@ -35,7 +35,7 @@ from dspy_pxn import description as described
 from dspy_pxn.description import RunDescription
 from dspy_pxn.records import StepRecord, read_step_log
 from dspy_pxn.resume import GEPA_STATE_FILE
-from dspy_pxn.tracker import TrackingArgumentError, TrackingArguments
+from dspy_pxn.tracker import TrackingArgumentError
 from dspy_pxn.tracking import runlog
 from dspy_pxn.tracking.autolog import logs_compiles
 from dspy_pxn.tracking.config import default_experiment, default_tracking_uri, require_mlflow, slug
@@ -105,31 +105,14 @@ class MlflowTracker:
             raise ValueError(f"prompt_prefix must be a non-empty string, got {prefix!r}, e.g. prompt_prefix='hover-agent'.")
 
     @classmethod
-    def from_arguments(cls, arguments: TrackingArguments) -> MlflowTracker | None:
-        """The tracker ``use_mlflow=True`` (and, for one release, the former MLflow shorthands, any of which turns
-        tracking on; ``mlflow=False`` with one is a contradiction) asks for, checked; None: not asked for."""
-        mlflow = arguments.mlflow
-        named = ("tracking_uri", "experiment", "run_name", "run_tags", "registered_model_name")
-        given = {name: getattr(arguments, name) for name in named if getattr(arguments, name) is not None}
-        if mlflow is not None and not isinstance(mlflow, bool):
-            raise TypeError(
-                f"mlflow must be True, False or None, got {mlflow!r}. Pass tracking_uri=... to choose a server."
-            )
-        if mlflow is False and given:
-            raise ValueError(
-                f"mlflow=False contradicts {sorted(given)}: drop them, or set mlflow=True to track the run in MLflow."
-            )
-        if isinstance(arguments.run_tags, Mapping) or arguments.run_tags is None:
-            tags = arguments.run_tags or {}
-        else:
-            raise ValueError(f"run_tags must map strings to strings, got {arguments.run_tags!r}, "
-                             "e.g. run_tags={'dataset': 'hover'}.")
-        tracker = cls(arguments.tracking_uri, arguments.experiment, arguments.run_name, tags,
-                      registered_model_name=arguments.registered_model_name)  # checks them all
-        if not (mlflow or given or (mlflow is None and logs_compiles())):
+    def by_default(cls, use_mlflow: bool) -> MlflowTracker | None:
+        """The tracker a compile gets without a ``tracker=``: MLflow's with its defaults for ``use_mlflow=True``
+        (dspy.GEPA's argument; MLflow must be installed), or when ``mlflow.dspy.autolog(log_compiles=True)`` is
+        on; None otherwise."""
+        if not (use_mlflow or logs_compiles()):
             return None
-        require_mlflow(f"{min(given)}=..." if given else "mlflow=True")
-        return tracker
+        require_mlflow("use_mlflow=True")
+        return cls()
 
     def start(self, description: RunDescription, *, log_dir: str | None, usage: RunLedger) -> MlflowRun:
         """Resolve where the run goes (sweep, caller's active run, or this tracker's settings), then open it.
