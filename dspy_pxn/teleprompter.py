@@ -10,9 +10,9 @@ thing, called the *crossover* inside this package (on by default, as in dspy.GEP
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable
-from types import MappingProxyType
 from typing import Any, Literal
 
 import dspy
@@ -20,18 +20,15 @@ from dspy.primitives import Example, Module
 from gepa.proposer.reflective_mutation.base import CandidateSelector
 from gepa.strategies.proposal_selection import SelectionStrategy
 
-from dspy_pxn import checks, gepa_options, metrics
-from dspy_pxn import selection as selections
-from dspy_pxn.ledger.limiter import LMCallLimiter, limiter_for
+from dspy_pxn import checks
+from dspy_pxn.ledger.limiter import LMCallLimiter
 from dspy_pxn.pools import WorkerPool
 from dspy_pxn.program_target import ProgramTarget
 from dspy_pxn.run import Run
 from dspy_pxn.schedules import SCHEDULES
 from dspy_pxn.settings import Settings
-from dspy_pxn.strategies import CANDIDATE_SELECTORS
-from dspy_pxn.strategies import component_selector as component_selector_named
-from dspy_pxn.tracker import Tracker, chosen_tracker
-from dspy_pxn.width import AUTO, REFLECTION_EXAMPLES
+from dspy_pxn.tracker import Tracker
+from dspy_pxn.width import AUTO
 
 logger = logging.getLogger(__name__)
 
@@ -194,75 +191,18 @@ class BatchedGEPA(dspy.GEPA):
         max_cost_usd: float | None = None,
         max_wall_s: float | None = None,
     ):
-        options = gepa_options.read(gepa_kwargs, p, n, selection)
-        p, n = options.p, options.n
-        if p != AUTO:
-            checks.positive_int("p", p, "p is the number of parents sampled per step, e.g. p=8, or p='auto' to "
-                                "fill the worker pool.")
-        checks.positive_int("n", n, "n is the number of mutations drawn per parent, e.g. n=1.")
-        checks.at_most_one_budget(auto, max_full_evals, max_metric_calls)
-        if metric is not None:
-            metrics.arity(metric)  # a wrong signature fails here, before any data or LM
-        checks.positive_int("num_threads", num_threads, "It is the number of concurrent rollouts, e.g. 16.",
-                            or_none=True)
-        checks.positive_int("reflection_minibatch_size", reflection_minibatch_size, or_none=True)
-        if isinstance(candidate_selection_strategy, str) and candidate_selection_strategy not in CANDIDATE_SELECTORS:
-            raise ValueError(
-                f"candidate_selection_strategy={candidate_selection_strategy!r} is unknown; "
-                f"use one of {sorted(CANDIDATE_SELECTORS)} or a gepa CandidateSelector."
-            )
-        if track_best_outputs and not track_stats:
-            raise checks.ArgumentError("track_best_outputs=True needs track_stats=True (the outputs are part of the stats).")
-        component_selector_named(component_selector)  # an unknown name fails now, not at compile
-        if use_wandb:
-            checks.wandb_installed()
-        if reflection_lm is None and instruction_proposer is None and dspy.settings.lm is None:
-            raise checks.ArgumentError(
-                "No reflection LM: pass reflection_lm=dspy.LM('openai/gpt-5-mini', ...) or configure a default "
-                "with dspy.configure(lm=...) before creating BatchedGEPA."
-            )
-        if isinstance(pool, str) and pool != "ray":
-            raise ValueError(f"pool={pool!r} is not understood: pass 'ray', a WorkerPool instance, or None for threads.")
-        no_budget = auto is None and max_full_evals is None and max_metric_calls is None
-        super().__init__(  # dspy.GEPA's own attributes, for code that reads them; the compile reads ``settings``
-            _resolved_in_compile,  # dspy.GEPA accepts only 5-argument metrics; ours is resolved in compile
-            auto="light" if no_budget else auto, max_full_evals=max_full_evals, max_metric_calls=max_metric_calls,
-            reflection_minibatch_size=reflection_minibatch_size or REFLECTION_EXAMPLES, candidate_selection_strategy="pareto",
-            reflection_lm=reflection_lm or dspy.settings.lm, skip_perfect_score=skip_perfect_score,
-            add_format_failure_as_feedback=add_format_failure_as_feedback, instruction_proposer=instruction_proposer,
-            code_proposer=code_proposer, component_selector=component_selector, use_merge=use_merge,
-            max_merge_invocations=max_merge_invocations, num_threads=num_threads, failure_score=failure_score,
-            perfect_score=perfect_score, log_dir=log_dir, track_stats=track_stats, use_wandb=use_wandb,
-            wandb_api_key=wandb_api_key, wandb_init_kwargs=wandb_init_kwargs, track_best_outputs=track_best_outputs,
-            warn_on_score_mismatch=warn_on_score_mismatch, use_mlflow=False,  # gepa's MLflow logging stays off
-            seed=seed, gepa_kwargs=options.rest,
-        )
-        rest = checks.saved_state_serializable(log_dir, track_best_outputs, options.rest)
-        self.settings = Settings(
-            metric=metric, p=p, n=n,
-            # None: chosen with the width (dspy_pxn.run.search_plan), which p="auto" knows only at compile.
-            selection=selections.checked(options.selection) if options.selection is not None else None,
-            schedule=checks.schedule(schedule, use_wandb=use_wandb, loop_only=checks.loop_only_gepa_kwargs(rest))
-            if schedule is not None else None,
-            reflection_minibatch_size=reflection_minibatch_size,
-            candidate_selection_strategy=candidate_selection_strategy, component_selector=component_selector,
-            use_merge=use_merge, max_merge_invocations=max_merge_invocations, skip_perfect_score=skip_perfect_score,
-            perfect_score=perfect_score, failure_score=failure_score,
-            add_format_failure_as_feedback=add_format_failure_as_feedback, seed=seed,
-            auto="light" if no_budget else auto, budget_by_default=no_budget, max_full_evals=max_full_evals,
-            max_metric_calls=max_metric_calls,
-            max_cost_usd=checks.positive_number("max_cost_usd", max_cost_usd, "It is dollars, e.g. 5.0."),
-            max_reflection_cost_usd=checks.positive_number(
-                "gepa_kwargs['max_reflection_cost']", options.max_reflection_cost_usd, "It is dollars, e.g. 1.0."),
-            max_wall_s=checks.positive_number("max_wall_s", max_wall_s, "It is seconds, e.g. 3600."),
-            reflection_lm=reflection_lm, instruction_proposer=instruction_proposer, code_proposer=code_proposer,
-            warn_on_score_mismatch=warn_on_score_mismatch, num_threads=num_threads, pool=pool,
-            lm_limiter=limiter_for(max_concurrent_lm_calls), log_dir=log_dir, track_stats=track_stats,
-            track_best_outputs=track_best_outputs, use_wandb=use_wandb, wandb_api_key=wandb_api_key,
-            wandb_init_kwargs=wandb_init_kwargs, display_progress_bar=options.display_progress_bar,
-            gepa_kwargs=MappingProxyType(rest), callbacks=options.callbacks,
-            stop_callbacks=options.stop_callbacks, tracker=chosen_tracker(tracker, use_mlflow),
-        )
+        arguments = {name: value for name, value in locals().items() if name in PARAMETERS}  # first: only these
+        self.settings = Settings.of(arguments)
+        # dspy.GEPA's own attributes, for code that reads them, each holding what was passed; the compile reads
+        # ``settings`` only. dspy.GEPA's __init__ checks its metric's arity and refuses what BatchedGEPA takes (a
+        # plain metric, gepa's reflection cap): it gets what it accepts, and the attributes are set after it.
+        super().__init__(**{
+            **{name: arguments[name] for name in DSPY_GEPA_ARGUMENTS}, "metric": _resolved_in_compile,
+            "auto": self.settings.auto, "reflection_lm": arguments["reflection_lm"] or dspy.settings.lm,
+            "gepa_kwargs": dict(self.settings.gepa_kwargs)})
+        for name in DSPY_GEPA_ARGUMENTS:  # (an argument left at None keeps what dspy.GEPA made of it: auto="light")
+            if arguments[name] is not None:
+                setattr(self, DSPY_GEPA_ATTRIBUTES.get(name, name), arguments[name])
 
     def compile(
         self,
@@ -307,6 +247,17 @@ class BatchedGEPA(dspy.GEPA):
         with run.resources() as live:
             gepa_result = SCHEDULES[run.schedule].run(run, live)
             return target.result(run, gepa_result, live, run.ended(gepa_result, live))
+
+
+# The arguments BatchedGEPA shares with dspy.GEPA, and the attribute dspy.GEPA keeps each under where it is not
+# the argument's name.
+DSPY_GEPA_ARGUMENTS = tuple(name for name in inspect.signature(dspy.GEPA.__init__).parameters if name != "self")
+DSPY_GEPA_ATTRIBUTES = {"metric": "metric_fn", "instruction_proposer": "custom_instruction_proposer",
+                        "code_proposer": "custom_code_proposer"}
+PARAMETERS = tuple(name for name in inspect.signature(BatchedGEPA.__init__).parameters if name != "self")
+# Each argument's default: ``Settings.of({**DEFAULTS, **given})`` is what ``BatchedGEPA(**given)`` keeps.
+DEFAULTS = {name: parameter.default for name, parameter in inspect.signature(BatchedGEPA.__init__).parameters.items()
+            if name != "self"}
 
 
 def _resolved_in_compile(gold, pred, trace=None, pred_name=None, pred_trace=None):  # pragma: no cover

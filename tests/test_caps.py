@@ -105,7 +105,8 @@ def test_the_mlflow_prompt_optimizer_takes_the_reflection_cap_by_the_same_name()
 def test_gepas_max_reflection_cost_is_the_same_cap():
     optimizer = BatchedGEPA(metric=sim.metric, reflection_lm=sim.SimulatedLM(), max_metric_calls=100,
                             gepa_kwargs={"max_reflection_cost": 2.5})
-    assert optimizer.settings.max_reflection_cost_usd == 2.5 and "max_reflection_cost" not in optimizer.gepa_kwargs
+    assert optimizer.settings.max_reflection_cost_usd == 2.5 and "max_reflection_cost" not in optimizer.settings.gepa_kwargs
+    assert optimizer.gepa_kwargs == {"max_reflection_cost": 2.5}  # dspy.GEPA's attribute: what was passed
 
 
 @pytest.mark.parametrize(("argument", "value"), [("max_cost_usd", 0), ("max_cost_usd", -1.0), ("max_wall_s", "1h"),

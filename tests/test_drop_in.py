@@ -349,3 +349,37 @@ def test_log_dir_holds_what_dspy_gepa_writes_there_at_every_width(task_lm, split
     assert "candidate_tree.html" in runs["dspy.GEPA"]
     assert runs["dspy.GEPA"] <= runs["ours"], runs["dspy.GEPA"] - runs["ours"]
     assert (tmp_path / "ours" / "candidate_tree.html").read_text().count("<") > 10
+
+
+def _gepa_metric(gold, pred, trace=None, pred_name=None, pred_trace=None):
+    return 1.0
+
+
+# A value other than the default for each of dspy.GEPA's arguments (the budgets one at a time).
+GIVEN = {
+    "metric": _gepa_metric, "auto": "medium", "max_full_evals": 3, "max_metric_calls": 77,
+    "reflection_minibatch_size": 5, "candidate_selection_strategy": "current_best", "reflection_lm": sim.SimulatedLM(),
+    "skip_perfect_score": False, "add_format_failure_as_feedback": True,
+    "instruction_proposer": lambda candidate, reflective_dataset, components_to_update: {},
+    "code_proposer": lambda **kwargs: {}, "component_selector": "all", "use_merge": False, "max_merge_invocations": 7,
+    "num_threads": 3, "failure_score": -1.0, "perfect_score": 2.0, "log_dir": "runs/attribute-test",
+    "track_stats": False, "use_wandb": True, "wandb_api_key": "key", "wandb_init_kwargs": {"project": "p"},
+    "track_best_outputs": False, "warn_on_score_mismatch": False, "use_mlflow": True, "seed": 7,
+    "gepa_kwargs": {"display_progress_bar": True},
+}
+BUDGETS = ("auto", "max_full_evals", "max_metric_calls")
+
+
+@pytest.mark.parametrize("name", [n for n in inspect.signature(dspy.GEPA.__init__).parameters if n != "self"])
+def test_each_of_dspy_gepas_arguments_is_the_attribute_dspy_gepa_keeps_it_in(name):
+    """``BatchedGEPA(x=v)`` keeps ``v`` where ``dspy.GEPA(x=v)`` does, for code written against dspy.GEPA's
+    attributes: one value per argument, never a second copy that disagrees."""
+    from dspy_pxn.teleprompter import DSPY_GEPA_ATTRIBUTES
+
+    assert name in GIVEN, f"dspy.GEPA has an argument this test does not give: {name}"
+    budget = {} if name in BUDGETS else {"max_metric_calls": 50}
+    given = {"reflection_lm": sim.SimulatedLM(), **budget, name: GIVEN[name]}
+    if name == "track_best_outputs":
+        given[name] = True  # its default is False
+    optimizer = BatchedGEPA(**given)
+    assert getattr(optimizer, DSPY_GEPA_ATTRIBUTES.get(name, name)) == given[name]

@@ -111,4 +111,5 @@ def test_optimize_with_p_auto_runs_and_says_the_width_it_chose(tmp_path, capsys)
 def test_plan_says_what_p_auto_would_run(capsys):
     assert cli(["plan", "--workers", "64", "--budget", "3000", "--val-size", "150", "--task-latency", "0.25",
                 "--reflection-latency", "1", "--schedules", "async", "--selection", "merge"]) == 0
-    assert "p='auto' runs 64×1 merge (async) here" in capsys.readouterr().out
+    # Five windows of proposals screened on 38 examples (a quarter of |val|): (3000/5 - 150) // 76 = 5.
+    assert "p='auto' runs 5×1 merge (async) here" in capsys.readouterr().out

@@ -190,16 +190,11 @@ def _compose(head: str, defs: Sequence[Definition], capacity: int) -> str:
     return (head or seed_instruction()) + "\n" + "\n".join(f"{n}(x) = {e}" for n, e in defs)
 
 
-def _next_in_chain(present: set[Definition]) -> str | None:
-    """The chain's next rule: the most frequent one the instruction does not yet hold exactly (``Landscape.chain``)."""
-    return next((rule.name for rule in RULES if (rule.name, rule.expr) not in present), None)
-
-
 def _learned(current: str, feedback: str, limit: int, chain: bool = False) -> list[Definition]:
     """The first ``limit`` feedback definitions (one per rule) the current instruction lacks verbatim; on a chain,
-    only the chain's next rule's (none where the feedback does not define it)."""
+    only the chain's next rule's: the most frequent one not yet held exactly (none if the feedback lacks it)."""
     present = {(n, e.strip()) for n, e in _DEF_RE.findall(current)}
-    wanted = _next_in_chain(present) if chain else None
+    wanted = next((rule.name for rule in RULES if (rule.name, rule.expr) not in present), None) if chain else None
     new: list[Definition] = []
     for name, expr in _FEEDBACK_DEF_RE.findall(feedback):
         if chain and name != wanted:
@@ -415,8 +410,7 @@ _PLAIN_MERGE_RE = re.compile(r"The current best instruction:\n```\n(?P<current>.
 
 def _answer_plain_merge(match: re.Match[str], landscape: Landscape = DEPTH) -> str:
     """The same merge as ``_answer_merge``, asked in plain text (``dspy_pxn.merge.merge_as_plain_text``)."""
-    merged = merge_instructions(match["current"], _rewrite_texts(match["improved"]), landscape.capacity)
-    return f"```\n{merged}\n```"
+    return f"```\n{merge_instructions(match['current'], _rewrite_texts(match['improved']), landscape.capacity)}\n```"
 
 
 def copy_error_rate(reflection_error_rate: float | None, landscape: Landscape = DEPTH) -> float:

@@ -26,7 +26,8 @@ from dspy_pxn import checks
 from dspy_pxn.ledger.budget import RunShape
 from dspy_pxn.run import Run
 from dspy_pxn.schedules import SCHEDULES
-from dspy_pxn.teleprompter import BatchedGEPA
+from dspy_pxn.settings import Settings
+from dspy_pxn.teleprompter import DEFAULTS
 from dspy_pxn.tracking.mlflow_prompts.evaluation import ConcurrentEvaluation, EvalFn, self_test, serial_fallback_warning
 from dspy_pxn.tracking.mlflow_prompts.run_log import PromptRunLog
 from dspy_pxn.tracking.mlflow_prompts.target import PromptTarget
@@ -102,10 +103,11 @@ class BatchedGepaPromptOptimizer(_base()):  # type: ignore[misc]
         self._checked = self._settings(num_threads, 1 if p is None else p)
         self.last_run: dict[str, Any] = {}  # the last optimize's measurements: metric calls, wall, steps, ...
 
-    def _settings(self, num_threads: int | None, p: int | str) -> Any:
-        return BatchedGEPA(None, max_metric_calls=self.max_metric_calls, reflection_lm=self.reflection_lm,
-                           num_threads=num_threads or 1, tracker=False, gepa_kwargs=dict(self._gepa_rest), p=p,
-                           **self._optimizer_args).settings
+    def _settings(self, num_threads: int | None, p: int | str) -> Settings:
+        """The engine's settings, checked as ``BatchedGEPA``'s are (``Settings.of``), from this optimizer's."""
+        return Settings.of({**DEFAULTS, "max_metric_calls": self.max_metric_calls, "reflection_lm": self.reflection_lm,
+                            "num_threads": num_threads or 1, "tracker": False, "gepa_kwargs": dict(self._gepa_rest),
+                            "p": p, **self._optimizer_args})
 
     def _parents(self, workers: int, rows: int) -> int | str:
         """The optimizer's p, or one pipeline per row in flight within ``PROMPT_VALIDATION_WINDOWS`` windows."""
