@@ -15,13 +15,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from gepa.strategies.proposal_sampling import ProposalTask
 from typing_extensions import override
-
-if TYPE_CHECKING:  # a type only: the run's stop signal lives with its ledger
-    from dspy_pxn.ledger.ledger import RunStop
 
 __all__ = ["Phase", "StepEvents", "StepListener", "override"]
 
@@ -57,6 +54,12 @@ class StepListener:
                                 f"the events are {events}.")
 
 
+class SearchReturned(Protocol):
+    """What the events read of the run's stop signal (``ledger.RunStop``): whether the search has returned."""
+
+    returned: bool
+
+
 class StepEvents(StepListener):
     """Tells each listener, in the order they were added, every event; each under ``lock``.
 
@@ -67,7 +70,7 @@ class StepEvents(StepListener):
     run, and no listener hears it.
     """
 
-    def __init__(self, listeners: Sequence[StepListener] = (), stop: RunStop | None = None):
+    def __init__(self, listeners: Sequence[StepListener] = (), stop: SearchReturned | None = None):
         self.lock = threading.RLock()
         self.listeners: list[StepListener] = []
         self.stop = stop
