@@ -8,6 +8,38 @@ from dspy_pxn.testing import LatencyServer
 from dspy_pxn.testing.mlflow_server import running_mlflow_server
 
 
+# The slow tests, which `python -m pytest --full` runs too (CI does) and the README's `python -m pytest` leaves out:
+# real servers (MLflow's, Ray's), killed subprocesses, the docs build, local LMs, each LM test's second engine
+# (litellm: DSPy's default engine runs in the fast set), and long property runs. Mark one with @pytest.mark.slow.
+SLOW_MODULES = {"test_ray_pool.py", "test_concurrency.py", "test_lms.py", "test_docs.py", "test_mlflow_model.py",
+                "test_bench_mlflow_prompts.py", "test_packaging.py", "test_resume.py", "test_tracking_failures.py"}
+SLOW_FIXTURES = {"mlflow_server"}
+
+
+def pytest_addoption(parser):
+    parser.addoption("--full", action="store_true",
+                     help="also run the slow tests: servers, Ray, killed subprocesses, the docs build, local LMs, "
+                          "the litellm engine variants, long property runs (CI runs them)")
+
+
+def slow(item) -> bool:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return (item.path.name in SLOW_MODULES or bool(SLOW_FIXTURES & set(getattr(item, "fixturenames", ())))
+            or any("litellm" in str(value) for value in params.values())
+            or item.get_closest_marker("slow") is not None)
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--full"):
+        return
+    kept, left_out = [], []
+    for item in items:
+        (left_out if slow(item) else kept).append(item)
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = kept
+
+
 def pytest_xdist_auto_num_workers(config):
     """``-n auto`` (the project's addopts): every core, at most 4. The slow tests start servers and subprocesses of
     their own, so more workers than that buy contention, not speed."""
