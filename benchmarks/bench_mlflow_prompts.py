@@ -69,6 +69,7 @@ from pathlib import Path
 from typing import Any
 
 import dspy
+
 from dspy_pxn import testing as sim
 from dspy_pxn.testing.bill import PRICE_PAIR, dollars, from_server
 

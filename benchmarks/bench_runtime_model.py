@@ -30,8 +30,8 @@ import dspy
 
 from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
+from dspy_pxn.engine.records import StepRecord, read_step_log
 from dspy_pxn.planning import RunShape, RuntimeModel, parse_shapes
-from dspy_pxn.records import StepRecord, read_step_log
 from dspy_pxn.testing import LatencyServer
 from dspy_pxn.tracking.plots import plot_model_vs_measured
 

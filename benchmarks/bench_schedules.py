@@ -46,17 +46,18 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import dspy
+from gepa.strategies.proposal_sampling import PxNSampling
 
 from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
-from dspy_pxn.testing.bill import PRICE_PAIR, dollars, from_server
-from dspy_pxn import width as widths
+from dspy_pxn.cli.plan import ASSUMED_ACCEPTANCE
+from dspy_pxn.engine import width as widths
+from dspy_pxn.engine.width import auto_width, screening_minibatch
 from dspy_pxn.ledger.budget import RunShape
 from dspy_pxn.ledger.prices import token_prices, use_bundled_price_maps
-from dspy_pxn.cli.plan import ASSUMED_ACCEPTANCE
 from dspy_pxn.planning import RuntimeModel
 from dspy_pxn.planning.spread import batch_seconds, mean_factor, sigma_of, slowest_factor
-from dspy_pxn.width import auto_width, screening_minibatch
+from dspy_pxn.testing.bill import PRICE_PAIR, dollars, from_server
 
 # A dspy.GEPA call with only the class name changed runs BatchedGEPA's defaults: at W = 16, B = 600 and
 # |val| = 30, p="auto" comes to 5 proposals in flight, each screened on 8 examples, async, with the sibling merge
@@ -139,7 +140,7 @@ def optimizer(config: str, args, reflection_lm: dspy.BaseLM, seed: int, pool=Non
     # twice the feedback, screening costs twice the calls), "cache" (gepa's cache_evaluation: a
     # (candidate, example) pair already scored is not scored again; step loop only), "vK" (at most K
     # validations at once in the async schedule), "bK" (a validation beyond the first waits for K improvers;
-    # the defaults: dspy_pxn.width), "x" (gepa's crossover on, use_merge=True as in the defaults) and "ray:K" (rollouts
+    # the defaults: dspy_pxn.engine.width), "x" (gepa's crossover on, use_merge=True as in the defaults) and "ray:K" (rollouts
     # on K local Ray actors, started before the timer: where one driver process cannot feed W).
     schedule, shape, selection, *dials = config.split()
     p, n = ("auto", 1) if shape == "auto" else map(int, shape.split("x"))

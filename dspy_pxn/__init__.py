@@ -5,14 +5,14 @@ The optimizer core is this package's top level (``teleprompter``, ``strategies``
 the core does not import: ``tracking`` (MLflow), ``local`` (the embedded LM),
 ``testing`` (the synthetic task and simulated LM server), ``cli``; ``programs`` holds the
 ready-made task programs. Importing the package registers MLflow as the tracker that
-BatchedGEPA's ``use_mlflow=True`` and friends build (``dspy_pxn.tracker``).
+BatchedGEPA's ``use_mlflow=True`` and friends build (``dspy_pxn.engine.tracker``).
 """
 
 import dspy_pxn.tracking  # noqa: F401 - registers the MLflow tracker for BatchedGEPA's shorthands
 from dspy_pxn import compat
+from dspy_pxn.engine.records import StepRecord, read_step_log
+from dspy_pxn.engine.result import BatchedGEPAResult
 from dspy_pxn.pools import ThreadWorkerPool, WorkerPool
-from dspy_pxn.result import BatchedGEPAResult
-from dspy_pxn.records import StepRecord, read_step_log
 from dspy_pxn.teleprompter import BatchedGEPA
 
 compat.warn_if_untested("dspy")  # a newer DSPy or gepa than CI ran: one warning naming the tested range

@@ -15,10 +15,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gepa.strategies.proposal_sampling import IndependentSampling, PxNSampling, SameParentSampling, SingleMutationSampling
+from gepa.strategies.proposal_sampling import (
+    IndependentSampling,
+    PxNSampling,
+    SameParentSampling,
+    SingleMutationSampling,
+)
 
 from dspy_pxn import checks
-from dspy_pxn.width import AUTO
+from dspy_pxn.engine.width import AUTO
 
 OWNED = ("reflection_strategy", "batch_sampler", "max_metric_calls", "reflection_minibatch_size",
          "candidate_selection_strategy")

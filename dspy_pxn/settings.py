@@ -3,7 +3,7 @@
 ``BatchedGEPA.__init__`` turns its arguments into one frozen ``Settings``; ``Run.prepare`` and the
 schedules read it, never the optimizer, so the compile does not reach back into the teleprompter
 (nor into the attributes dspy.GEPA keeps for its own compile). What an argument left open (``p="auto"``,
-the schedule, the selection) is decided per compile from the data and the pool, in ``dspy_pxn.run``.
+the schedule, the selection) is decided per compile from the data and the pool, in ``dspy_pxn.engine.run``.
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ from typing import Any, Literal
 import dspy
 from gepa.proposer.reflective_mutation.base import CandidateSelector
 
-from dspy_pxn import checks, gepa_options, metrics
-from dspy_pxn import selection as selections
+from dspy_pxn import checks, gepa_options
+from dspy_pxn.engine.tracker import Tracker, chosen_tracker
+from dspy_pxn.engine.width import AUTO
 from dspy_pxn.ledger.limiter import LMCallLimiter, limiter_for
 from dspy_pxn.pools import WorkerPool
-from dspy_pxn.strategies import CANDIDATE_SELECTORS, component_selector
-from dspy_pxn.tracker import Tracker, chosen_tracker
-from dspy_pxn.width import AUTO
+from dspy_pxn.proposer import selection as selections
+from dspy_pxn.schedules.sampling import CANDIDATE_SELECTORS, component_selector
+from dspy_pxn.targets.program import metrics
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class Settings:
     n: int
     selection: Any  # "all" | "best" | k | "merge" | "merge+best" | a gepa SelectionStrategy; None: with the width
     schedule: str | None  # "steps" | "async"; None: with the width
-    reflection_minibatch_size: int | None  # None: chosen with the width (dspy_pxn.run.search_width)
+    reflection_minibatch_size: int | None  # None: chosen with the width (dspy_pxn.engine.run.search_width)
     candidate_selection_strategy: str | CandidateSelector
     component_selector: Any
     use_merge: bool  # gepa's crossover
@@ -117,7 +118,7 @@ class Settings:
         fields = {name: a[name] for name in _AS_GIVEN}
         return cls(
             **fields, p=options.p, n=options.n,
-            # None: chosen with the width (dspy_pxn.run.search_plan), which p="auto" knows only at compile.
+            # None: chosen with the width (dspy_pxn.engine.run.search_plan), which p="auto" knows only at compile.
             selection=selections.checked(options.selection) if options.selection is not None else None,
             schedule=checks.schedule(schedule, use_wandb=a["use_wandb"], loop_only=checks.loop_only_gepa_kwargs(rest))
             if schedule is not None else None,

@@ -1,11 +1,11 @@
 """BatchedGEPA: dspy.GEPA with P×N proposals per step, one worker pool, an exact budget.
 
-A compile is one story, each line a module (``compile`` below; ``dspy_pxn.run`` tells each move). Two
-choices shape the search, ``schedule`` (``dspy_pxn.schedules``) and ``selection`` (``dspy_pxn.selection``;
-the *sibling merge* is ``dspy_pxn.merge``), both told with BatchedGEPA's arguments, and chosen with
-the width when left open (``dspy_pxn.run.search_plan``). gepa's own ``use_merge=True`` is a different
+A compile is one story, each line a module (``compile`` below; ``dspy_pxn.engine.run`` tells each move). Two
+choices shape the search, ``schedule`` (``dspy_pxn.schedules``) and ``selection`` (``dspy_pxn.proposer.selection``;
+the *sibling merge* is ``dspy_pxn.proposer.sibling_merge``), both told with BatchedGEPA's arguments, and chosen with
+the width when left open (``dspy_pxn.engine.run.search_plan``). gepa's own ``use_merge=True`` is a different
 thing, called the *crossover* inside this package (on by default, as in dspy.GEPA). Tracking is a
-``Tracker`` handed in (``dspy_pxn.tracker``): this module does not know MLflow.
+``Tracker`` handed in (``dspy_pxn.engine.tracker``): this module does not know MLflow.
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ from gepa.proposer.reflective_mutation.base import CandidateSelector
 from gepa.strategies.proposal_selection import SelectionStrategy
 
 from dspy_pxn import checks
+from dspy_pxn.engine.run import Run
+from dspy_pxn.engine.tracker import Tracker
+from dspy_pxn.engine.width import AUTO
 from dspy_pxn.ledger.limiter import LMCallLimiter
 from dspy_pxn.pools import WorkerPool
-from dspy_pxn.program_target import ProgramTarget
-from dspy_pxn.run import Run
 from dspy_pxn.schedules import SCHEDULES
 from dspy_pxn.settings import Settings
-from dspy_pxn.tracker import Tracker
-from dspy_pxn.width import AUTO
+from dspy_pxn.targets.program.target import ProgramTarget
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class BatchedGEPA(dspy.GEPA):
             which every ready-made program carries.
         p: Parents per step, distinct whenever the Pareto front has that many. Default ``"auto"``: P·N
             follows the pool, one proposal in flight per worker, fewer where the budget would then buy
-            under five validation windows (``dspy_pxn.width``); the run says what it chose. Where that
+            under five validation windows (``dspy_pxn.engine.width``); the run says what it chose. Where that
             comes to one proposal, the run is dspy.GEPA's own loop. ``p=1, n=1``: dspy.GEPA's search.
         n: Mutations drawn per parent, each on its own minibatch. Default 1. Prefer more parents
             (``p``) to more mutations; ``n`` helps when the front holds only a few candidates.
@@ -78,7 +78,7 @@ class BatchedGEPA(dspy.GEPA):
             at a time (dspy.GEPA's); above it, 8, of which reflection reads the 3 lowest-scoring: several
             proposals merged into one validated candidate validate less often than dspy.GEPA does, and
             the calls saved buy a steadier accept decision rather than more reflection calls
-            (``dspy_pxn.width.screening_minibatch``). Give it to set both.
+            (``dspy_pxn.engine.width.screening_minibatch``). Give it to set both.
         candidate_selection_strategy: How parents are drawn: ``"pareto"`` (default), ``"current_best"``,
             ``"epsilon_greedy"``, ``"top_k_pareto"``, or a gepa ``CandidateSelector``.
         component_selector: Which components a reflection rewrites: ``"round_robin"`` (default, one
@@ -123,7 +123,7 @@ class BatchedGEPA(dspy.GEPA):
         pool: Where rollouts run: a ``WorkerPool`` you own (left open), ``"ray"`` for a
             ``RayWorkerPool`` of ``num_threads`` slots on the cluster at ``RAY_ADDRESS``, or None for
             a thread pool of ``num_threads`` (default). A pool made by a compile is closed by it.
-        tracker: A ``dspy_pxn.tracker.Tracker`` that follows each compile, e.g.
+        tracker: A ``dspy_pxn.engine.tracker.Tracker`` that follows each compile, e.g.
             ``dspy_pxn.tracking.MlflowTracker(experiment="hover", registered_model_name="hover")``; False
             keeps this run out of an enclosing ``sweep``. Default: tracked only inside a sweep, or in
             MLflow with ``use_mlflow=True``. Tracking never stops the search.
@@ -261,5 +261,5 @@ DEFAULTS = {name: parameter.default for name, parameter in inspect.signature(Bat
 
 
 def _resolved_in_compile(gold, pred, trace=None, pred_name=None, pred_trace=None):  # pragma: no cover
-    """Stands in for dspy.GEPA's metric argument: compile resolves the run's metric (dspy_pxn.metrics)."""
+    """Stands in for dspy.GEPA's metric argument: compile resolves the run's metric (dspy_pxn.targets.program.metrics)."""
     raise AssertionError("BatchedGEPA resolves its metric in compile()")

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import dspy
-
 from dspy_pxn.programs.split import Split
 
 __all__ = [

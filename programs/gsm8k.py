@@ -23,7 +23,6 @@ import re
 from typing import Any
 
 import dspy
-
 from dspy_pxn.programs.data import Split, _load_hub, _not_found, _read_jsonl, resolve_data_dir
 
 __all__ = ["SEED_INSTRUCTION", "GSM8KSolver", "SolveWordProblem", "load_gsm8k", "metric", "parse_number", "score"]

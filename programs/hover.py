@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import dspy
-
 from dspy_pxn.programs.data import load_hover
 from dspy_pxn.programs.retrieval import Retriever, open_index
 

@@ -19,7 +19,6 @@ from collections.abc import Callable
 from typing import Any
 
 import dspy
-
 from dspy_pxn.programs.data import load_livebench_math
 from dspy_pxn.programs.math_scoring import Grade, scorer_for
 

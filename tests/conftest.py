@@ -7,7 +7,6 @@ from dspy_pxn import testing as sim
 from dspy_pxn.testing import LatencyServer
 from dspy_pxn.testing.mlflow_server import running_mlflow_server
 
-
 # The slow tests, which `python -m pytest --full` runs too (CI does) and the README's `python -m pytest` leaves out:
 # real servers (MLflow's, Ray's), killed subprocesses, the docs build, local LMs, each LM test's second engine
 # (litellm: DSPy's default engine runs in the fast set), and long property runs. Mark one with @pytest.mark.slow.

@@ -1,11 +1,13 @@
-"""The house rules of the package, checked on its source: the core imports no tooling, and no import circles.
+"""The house rules of the package, checked on its source: its rooms, the core importing no tooling, no import
+circles, and modules that fit in a reading.
 
-The core is the top level of ``dspy_pxn`` (the optimizer, its strategies, adapter,
-reflection, events, records, checks), ``dspy_pxn.schedules``, ``dspy_pxn.pools`` and
-``dspy_pxn.ledger``; tooling lives in subpackages it must not import, so the optimizer can be
-read, and used, without them. Every import counts, a lazy one inside a function and one under
-``if TYPE_CHECKING:`` too: a type named across a circle is still two modules that need each other
-to be read.
+The rooms are the folders: the core is the top level of ``dspy_pxn`` (the optimizer, its settings and checks),
+``engine`` (one compile: the run, its target protocol, the pooled adapter, events, records, width, resume),
+``schedules``, ``proposer`` (reflection, the sibling merge, selection), ``targets/program`` (a DSPy program as the
+target), ``ledger`` and ``pools``; tooling is every other folder (``targets/mlflow_prompts`` among them: it needs
+MLflow), which the core must not import, so the optimizer can be read, and used, without it. Every import counts, a
+lazy one inside a function and one under ``if TYPE_CHECKING:`` too: a type named across a circle is still two
+modules that need each other to be read.
 """
 
 import ast
@@ -13,8 +15,12 @@ import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TOOLING = ("dspy_pxn.tracking", "dspy_pxn.cli", "dspy_pxn.local", "dspy_pxn.testing", "dspy_pxn.programs",
-           "dspy_pxn.planning")
-CORE_PACKAGES = ("dspy_pxn.schedules", "dspy_pxn.pools", "dspy_pxn.ledger")
+           "dspy_pxn.planning", "dspy_pxn.targets.mlflow_prompts")
+CORE_PACKAGES = ("dspy_pxn.engine", "dspy_pxn.schedules", "dspy_pxn.proposer", "dspy_pxn.targets.program",
+                 "dspy_pxn.pools", "dspy_pxn.ledger")
+# Files that share a name across rooms, each pair playing one role: a target's adapter and target (the engine's
+# protocol and the two targets), and tooling's own.
+SAME_ROLE = {"__init__.py", "adapter.py", "target.py"}
 
 
 def modules() -> dict[str, pathlib.Path]:
@@ -42,7 +48,7 @@ def test_the_core_imports_no_tooling():
     known = modules()
     core = {name: path for name, path in known.items()
             if (name.count(".") == 1 and path.name != "__init__.py") or name.startswith(CORE_PACKAGES)}
-    assert {"dspy_pxn.teleprompter", "dspy_pxn.run", "dspy_pxn.schedules.asynchronous",
+    assert {"dspy_pxn.teleprompter", "dspy_pxn.engine.run", "dspy_pxn.schedules.asynchronous",
             "dspy_pxn.ledger.ledger"} <= set(core)
     offending = {name: sorted(t for t in imported(path, known) if t.startswith(TOOLING)) for name, path in core.items()}
     assert not {name: t for name, t in offending.items() if t}
@@ -70,3 +76,18 @@ def test_no_module_is_over_450_lines_and_the_teleprompter_is_at_most_350():
     lengths = {name: len(path.read_text().splitlines()) for name, path in modules().items()}
     assert not {name: n for name, n in lengths.items() if n > 450}
     assert lengths["dspy_pxn.teleprompter"] <= 350
+
+
+def test_the_rooms_are_the_folders_and_the_top_holds_at_most_eight_modules():
+    top = sorted(path.name for path in (ROOT / "dspy_pxn").glob("*.py"))
+    assert len(top) <= 8, top
+    rooms = {name.rsplit(".", 1)[0] for name, path in modules().items() if path.name != "__init__.py"}
+    assert all(room.startswith((*CORE_PACKAGES, *TOOLING)) or room == "dspy_pxn" for room in rooms), rooms
+
+
+def test_no_two_files_of_one_name_in_different_rooms_unless_they_play_one_role():
+    by_name: dict[str, list[str]] = {}
+    for name, path in modules().items():
+        by_name.setdefault(path.name, []).append(name)
+    shared = {file: sorted(names) for file, names in by_name.items() if len(names) > 1 and file not in SAME_ROLE}
+    assert not shared, shared

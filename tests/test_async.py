@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from dspy_pxn import BatchedGEPA, read_step_log
 from dspy_pxn import testing as sim
-from dspy_pxn.resume import load_saved_state
+from dspy_pxn.engine.resume import load_saved_state
 from tests.budgets import smallest_step
 from tests.compiling import compile_sim
 from tests.threads import threads_left_behind
@@ -87,7 +87,7 @@ def test_async_with_an_argument_only_gepas_loop_reads_is_refused():
 def test_the_width_chooses_what_was_left_open_and_the_step_loop_wherever_async_would_ignore_an_argument():
     """One proposal per step is dspy.GEPA's loop; wider, async with the sibling merge, unless an argument
     only gepa's step loop reads was given."""
-    from dspy_pxn.run import search_plan
+    from dspy_pxn.engine.run import search_plan
 
     def plan(width, **kwargs):
         optimizer = BatchedGEPA(metric=sim.metric, reflection_lm=sim.SimulatedLM(), **kwargs)
@@ -209,7 +209,7 @@ def test_the_async_schedule_tells_every_engine_event_with_gepas_own_fields(split
 
 
 def test_a_second_validation_starts_beside_the_first_only_once_enough_improvers_wait(monkeypatch):
-    from dspy_pxn import width as widths
+    from dspy_pxn.engine import width as widths
     from dspy_pxn.schedules.asynchronous import AsyncSchedule
 
     starts: list[tuple[int, int]] = []  # (validations already running, improvers it was given), per validation

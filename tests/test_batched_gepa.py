@@ -10,10 +10,9 @@ from hypothesis import strategies as st
 
 from dspy_pxn import BatchedGEPA, read_step_log
 from dspy_pxn import testing as sim
-from tests.conftest import seed_program
 from tests.budgets import smallest_step
 from tests.compiling import compile_sim
-
+from tests.conftest import seed_program
 
 # Most tests here check the step loop's structure (widths, per-step counts, determinism); the
 # async schedule, the default above 1×1, has its own invariants in test_async.py.
@@ -91,7 +90,7 @@ def test_validation_of_many_children_fills_the_whole_pool(splits):
 
 
 def test_traces_are_captured_only_for_parent_minibatches(task_lm, splits, monkeypatch):
-    from dspy_pxn import rollout
+    from dspy_pxn.targets.program import rollout
 
     train, val, _ = splits
     val_ids = {id(example) for example in val}
@@ -122,7 +121,7 @@ def test_each_evaluation_builds_its_program_once_and_its_rollouts_share_it(task_
 
     from dspy.teleprompt.gepa.gepa_utils import DspyAdapter
 
-    from dspy_pxn.adapter import BatchedAdapter
+    from dspy_pxn.targets.program.adapter import BatchedAdapter
 
     evaluating, built, evaluations = threading.local(), [], []
     original_build, original_evaluate = DspyAdapter.build_program, BatchedAdapter._evaluate_many

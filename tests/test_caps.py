@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from dspy_pxn import BatchedGEPA, read_step_log
 from dspy_pxn import testing as sim
-from dspy_pxn.resume import saved_dollars
+from dspy_pxn.engine.resume import saved_dollars
 from dspy_pxn.testing import LatencyServer
 from tests.budgets import smallest_step
 from tests.compiling import compile_sim
@@ -247,7 +247,7 @@ def test_mlflow_shows_the_dollars_and_time_left_and_which_budget_ended_the_run(s
 
 def test_the_progress_line_shows_dollars_and_time_left():
     from dspy_pxn.cli.output import progress_line
-    from dspy_pxn.records import StepRecord
+    from dspy_pxn.engine.records import StepRecord
 
     fields = {name: 0 for name in StepRecord.__dataclass_fields__}
     record = StepRecord(**{**fields, "kind": "reflective", "new_candidates": [], "budget": 100, "best_val": 0.5,

@@ -113,7 +113,7 @@ def test_optimize_runs_the_librarys_defaults_and_its_help_says_them(capsys):
 
     from dspy_pxn import BatchedGEPA
     from dspy_pxn.cli import build_parser
-    from dspy_pxn.cli.run import make_optimizer
+    from dspy_pxn.cli.optimize import make_optimizer
     from dspy_pxn.cli.tasks import Task
 
     args = build_parser().parse_args(["optimize", "sim", "--no-mlflow"])

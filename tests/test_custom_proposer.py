@@ -1,7 +1,7 @@
 """A user's own instruction proposer writes every instruction a wide run validates, and no prompt of ours reaches an LM.
 
 dspy.GEPA lets a custom ``instruction_proposer`` write every instruction; with several proposals in flight the
-sibling merge must then be the proposer's too (``dspy_pxn.merge.ProposerMerge``), and with ``reflection_lm=None``
+sibling merge must then be the proposer's too (``dspy_pxn.proposer.sibling_merge.ProposerMerge``), and with ``reflection_lm=None``
 (which dspy.GEPA accepts beside a proposer) the task LM must hear nothing but the program's own calls.
 """
 
@@ -80,8 +80,8 @@ def test_a_merge_the_proposer_writes_reads_every_improving_childs_feedback():
     """The merge is the pool's best rewritten by the proposer from all the improvers' reflective datasets."""
     from gepa.proposer.base import CandidateProposal
 
-    from dspy_pxn.merge import ProposerMerge
-    from dspy_pxn.reflection import DATASET_KEY
+    from dspy_pxn.proposer.reflection import DATASET_KEY
+    from dspy_pxn.proposer.sibling_merge import ProposerMerge
 
     asked = []
 

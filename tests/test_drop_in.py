@@ -141,7 +141,7 @@ def test_a_flex_only_program_has_its_code_optimized(task_lm, splits):
 
 
 def test_a_mixed_program_optimizes_code_and_instructions(task_lm, splits):
-    from dspy_pxn.components import seed_candidate
+    from dspy_pxn.targets.program.components import seed_candidate
 
     program = FlexAndPredictor()
     assert set(seed_candidate(program)) == {"solver", "echo"}

@@ -2,7 +2,12 @@
 
 import dspy
 import pytest
-from gepa.strategies.proposal_sampling import IndependentSampling, PxNSampling, SameParentSampling, SingleMutationSampling
+from gepa.strategies.proposal_sampling import (
+    IndependentSampling,
+    PxNSampling,
+    SameParentSampling,
+    SingleMutationSampling,
+)
 from gepa.strategies.proposal_selection import BestImprovement
 
 from dspy_pxn import BatchedGEPA

@@ -2,7 +2,7 @@
 
 import pytest
 
-from dspy_pxn.events import StepEvents, StepListener, override
+from dspy_pxn.engine.events import StepEvents, StepListener, override
 from dspy_pxn.ledger.ledger import RunLedger
 
 
@@ -48,5 +48,5 @@ def test_only_step_listeners_are_told():
         def evaluated(self, phase, seconds, rollouts, failures):
             pass
 
-    with pytest.raises(TypeError, match="not a dspy_pxn.events.StepListener"):
+    with pytest.raises(TypeError, match="not a dspy_pxn.engine.events.StepListener"):
         StepEvents([NotAListener()])

@@ -19,7 +19,7 @@ import pytest
 
 from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
-from dspy_pxn.ledger.ledger import RUNNING_PROGRAM, REFLECTING, RunLedger
+from dspy_pxn.ledger.ledger import REFLECTING, RUNNING_PROGRAM, RunLedger
 from dspy_pxn.testing import LatencyServer
 from tests.faults import Faults
 

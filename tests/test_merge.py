@@ -8,9 +8,8 @@ import logging
 import re
 import time
 
-import pytest
-
 import dspy
+import pytest
 
 from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
@@ -72,8 +71,8 @@ def test_a_lone_child_of_an_older_candidate_is_merged_into_the_best(splits):
     from gepa.proposer.base import CandidateProposal
     from gepa.strategies.acceptance import StrictImprovementAcceptance
 
-    from dspy_pxn.merge import PromptedMerge, SiblingMerge
     from dspy_pxn.pools import ThreadWorkerPool
+    from dspy_pxn.proposer.sibling_merge import PromptedMerge, SiblingMerge
 
     head = sim.seed_instruction()
     best, older = f"{head}\nzorp(x) = 3*x + 1", head  # candidate 1 knows zorp; its parent, the seed, does not
@@ -89,7 +88,7 @@ def test_a_lone_child_of_an_older_candidate_is_merged_into_the_best(splits):
 
 
 def test_the_merge_prompt_shows_lessons_not_inherited_text():
-    from dspy_pxn.merge import changes, render_rewrites
+    from dspy_pxn.proposer.sibling_merge import changes, render_rewrites
 
     head = sim.seed_instruction()
     best = f"{head}\nzorp(x) = 3*x + 1"  # the pool's best has zorp right
@@ -99,7 +98,7 @@ def test_the_merge_prompt_shows_lessons_not_inherited_text():
     prompt = render_rewrites(rewrites)
     assert "3*x + 4" not in prompt and "+ blick(x) = x*x - 2" in prompt
     with dspy.context(lm=sim.SimulatedLM()):
-        from dspy_pxn.merge import MergeImprovements
+        from dspy_pxn.proposer.sibling_merge import MergeImprovements
 
         merged = dspy.Predict(MergeImprovements)(current_instruction=best, improved_instructions=prompt)
     text = merged.merged_instruction
@@ -123,7 +122,7 @@ def _proposal(child: str, parent: int, after: list[int]):
 
 
 def test_a_merge_prompt_shows_each_change_once_the_best_supported_first():
-    from dspy_pxn.merge import MAX_LESSONS, lessons, render_rewrites
+    from dspy_pxn.proposer.sibling_merge import MAX_LESSONS, lessons, render_rewrites
 
     rewrites = [("0/3 -> 2/3", "+ blick(x) = x*x - 2", "blick feedback"),   # the best rewrite, made once
                 ("0/3 -> 1/3", "+ zorp(x) = 3*x + 1", "zorp feedback 1"),
@@ -141,7 +140,7 @@ def test_a_merge_prompt_shows_each_change_once_the_best_supported_first():
 
 
 def test_the_merge_keeps_the_change_most_rewrites_agree_on():
-    from dspy_pxn.merge import MergeImprovements, render_rewrites
+    from dspy_pxn.proposer.sibling_merge import MergeImprovements, render_rewrites
 
     head = sim.seed_instruction()
     rewrites = [("0/3 -> 1/3", "+ zorp(x) = 3*x + 4", ""), ("0/3 -> 1/3", "+ zorp(x) = 3*x + 1", ""),
@@ -157,8 +156,8 @@ def test_a_merge_that_adds_nothing_to_the_pool_gives_way_to_the_best_child():
     merged candidate is already the pool's best, so the best child is validated instead of a duplicate."""
     from gepa.strategies.acceptance import StrictImprovementAcceptance
 
-    from dspy_pxn.merge import PromptedMerge, SiblingMerge
     from dspy_pxn.pools import ThreadWorkerPool
+    from dspy_pxn.proposer.sibling_merge import PromptedMerge, SiblingMerge
 
     head = sim.seed_instruction()
     rules = [f"{r.name}(x) = {r.expr}" for r in sim.RULES[:5]]
@@ -188,7 +187,7 @@ def test_the_changes_of_a_long_one_line_instruction_are_what_changed_and_take_mi
     sentence in runs of words), not characters, and shows the merge the changed sentence, not both texts."""
     import time
 
-    from dspy_pxn.merge import changes, render_rewrites
+    from dspy_pxn.proposer.sibling_merge import changes, render_rewrites
 
     before = _long_instruction(250)
     assert len(before) > 20_000 and "\n" not in before
@@ -209,7 +208,7 @@ def test_the_changes_of_a_long_one_line_instruction_are_what_changed_and_take_mi
 
 
 def test_the_changes_ignore_where_a_line_ends():
-    from dspy_pxn.merge import changes
+    from dspy_pxn.proposer.sibling_merge import changes
 
     assert changes("a\nzorp(x) = 3*x + 4", "a\nzorp(x) = 3*x + 4\nblick(x) = x*x - 2") == "+ blick(x) = x*x - 2"
     assert changes("Line one. Line two.\nBullet", "Line one. Line 2.\nBullet") == "- Line two.\n+ Line 2."
@@ -235,7 +234,7 @@ class AnswersMergesOnlyIn(sim.SimulatedLM):
 
 
 def _two_rewrites():
-    from dspy_pxn.merge import changes
+    from dspy_pxn.proposer.sibling_merge import changes
 
     head = sim.seed_instruction()
     return head, [("0/3 -> 1/3", changes(head, f"{head}\nblick(x) = x*x - 2"), ""),
@@ -243,7 +242,7 @@ def _two_rewrites():
 
 
 def test_a_merge_reply_that_cannot_be_read_is_asked_again_in_the_other_format():
-    from dspy_pxn.merge import MergeUnwritten, PromptedMerge
+    from dspy_pxn.proposer.sibling_merge import MergeUnwritten, PromptedMerge
 
     head, rewrites = _two_rewrites()
     # DSPy's format is its chat adapter and, when that reply cannot be parsed, its JSON adapter: two calls.

@@ -20,13 +20,13 @@ from mlflow.genai.optimize.util import create_metric_from_scorers
 from mlflow.genai.scorers import scorer
 from mlflow.genai.utils.trace_utils import convert_predict_fn
 
-from dspy_pxn.testing.mlflow_state import mlflow_state_restored
-from dspy_pxn.tracking.mlflow_prompts import (
+from dspy_pxn.targets.mlflow_prompts import (
     ConcurrentEvaluation,
     mlflow_internals,
     self_test,
     serial_fallback_warning,
 )
+from dspy_pxn.testing.mlflow_state import mlflow_state_restored
 
 ORIGINAL = PromptVersion.__dict__["template"]
 SEED = "seed: answer {{question}}"

@@ -26,11 +26,11 @@ from mlflow.genai.utils.trace_utils import convert_predict_fn
 from dspy_pxn import checks
 from dspy_pxn import testing as sim
 from dspy_pxn.pools import ThreadWorkerPool
+from dspy_pxn.targets.mlflow_prompts.adapter import PromptAdapter, PromptRollouts
+from dspy_pxn.targets.mlflow_prompts.evaluation import ConcurrentEvaluation
+from dspy_pxn.targets.mlflow_prompts.optimizer import rows_in_flight
 from dspy_pxn.testing.mlflow_state import mlflow_state_restored
 from dspy_pxn.tracking import BatchedGepaPromptOptimizer
-from dspy_pxn.tracking.mlflow_prompts.adapter import PromptAdapter, PromptRollouts
-from dspy_pxn.tracking.mlflow_prompts.evaluation import ConcurrentEvaluation
-from dspy_pxn.tracking.mlflow_prompts.optimizer import rows_in_flight
 
 SIGNATURE = dspy.Signature("question -> answer")
 

@@ -17,6 +17,7 @@ def test_the_task_programs_install_under_dspy_pxn_and_claim_no_top_level_name(tm
 
 def test_every_subpackage_is_in_the_wheel():
     import pathlib
+
     import tomllib
 
     root = pathlib.Path(__file__).resolve().parents[1]

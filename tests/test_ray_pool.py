@@ -240,7 +240,7 @@ def test_a_killed_ray_worker_is_retried_and_the_run_finishes(cluster, server):
 
 def test_a_run_on_ray_killed_mid_way_resumes_as_if_never_interrupted(cluster, server, tmp_path):
     """kill -9 of the driver (its actors die with it); the resumed run on a new pool ends as an uninterrupted one."""
-    from dspy_pxn.resume import load_saved_state
+    from dspy_pxn.engine.resume import load_saved_state
     from tests.reliability import test_resume as resume
 
     with ThreadWorkerPool(8) as threads:  # Ray proposes what threads propose (tested above)

@@ -2,7 +2,7 @@
 
 import json
 
-from dspy_pxn.records import StepRecord
+from dspy_pxn.engine.records import StepRecord
 
 
 def record(**fields):

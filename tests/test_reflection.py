@@ -7,10 +7,10 @@ from dspy.teleprompt.gepa.instruction_proposal import InstructionProposer
 
 from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
-from dspy_pxn.adapter import BatchedAdapter
-from dspy_pxn.events import StepEvents, StepListener, override
+from dspy_pxn.engine.events import StepEvents, StepListener, override
 from dspy_pxn.pools import ThreadWorkerPool
-from dspy_pxn.reflection import FEEDBACK_KEY, PooledReflection, mutation_rollout_ids
+from dspy_pxn.proposer.reflection import FEEDBACK_KEY, PooledReflection, mutation_rollout_ids
+from dspy_pxn.targets.program.adapter import BatchedAdapter
 from tests.conftest import seed_program
 
 REFLECTIVE = {"predict": [{"Inputs": {"question": "Apply rule zorp to 3."}, "Generated Outputs": {"answer": "3"},
@@ -96,7 +96,7 @@ def test_all_reflections_of_a_step_run_concurrently(splits):
 def test_feedback_text_reads_dspy_feedback_and_mlflow_rationales():
     """The sibling merge shows each rewrite's feedback: DSPy's reflective datasets say 'Feedback', MLflow prompt
     rows carry the scorers' rationales."""
-    from dspy_pxn.reflection import feedback_text
+    from dspy_pxn.proposer.reflection import feedback_text
 
     dataset = {"qa": [{"Feedback": "name the unit"}, {"rationales": {"correct": "frim is 2x+7", "tone": None}},
                       {"rationales": {}}, "not a row"]}
@@ -145,7 +145,7 @@ def test_a_given_minibatch_is_screened_and_read_whole_at_any_width():
 
 
 def test_reflection_reads_the_lowest_scoring_rows_in_their_order():
-    from dspy_pxn.pooled_adapter import reflection_rows
+    from dspy_pxn.engine.pooled_adapter import reflection_rows
 
     assert reflection_rows([1.0, 0.0, 1.0, 0.5, 1.0, 0.0, 1.0, 1.0], 3) == [1, 3, 5]
     assert reflection_rows([1.0, 1.0, 1.0, 1.0], 3) == [0, 1, 2]  # ties: the earlier rows

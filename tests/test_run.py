@@ -6,9 +6,11 @@ import dspy
 import gepa
 import pytest
 
-from dspy_pxn import BatchedGEPA, components, description
-from dspy_pxn.ledger import budget
+from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
+from dspy_pxn.engine import description
+from dspy_pxn.ledger import budget
+from dspy_pxn.targets.program import components
 from tests.conftest import seed_program
 
 
@@ -68,8 +70,8 @@ def test_the_adapter_is_seeded_as_dspy_gepa_seeds_it_and_its_state_is_saved(task
     seeds it with ``seed``, and a resumed run must continue it, so it rides in gepa's saved state."""
     import random
 
-    from dspy_pxn import program_target as targets
-    from dspy_pxn.resume import load_saved_state
+    from dspy_pxn.engine.resume import load_saved_state
+    from dspy_pxn.targets.program import target as targets
 
     made = []
     original = targets.BatchedAdapter

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
 from dspy_pxn.cli import main as cli
+from dspy_pxn.engine.records import STEP_LOG_NAME, StepRecord
 from dspy_pxn.planning import DEFAULT_SHAPES, RunShape, RuntimeModel, floor_seconds, parse_shapes, shapes_for
-from dspy_pxn.records import STEP_LOG_NAME, StepRecord
 from dspy_pxn.tracking.plots import plot_model_vs_measured
 from tests.conftest import seed_program
 

@@ -11,16 +11,12 @@ from gepa.strategies.candidate_selector import ParetoCandidateSelector
 from gepa.strategies.proposal_selection import AllImprovements
 
 from dspy_pxn import testing as sim
-from dspy_pxn.adapter import BatchedAdapter
+from dspy_pxn.engine.events import StepEvents, StepListener, override
+from dspy_pxn.ledger.budget import BudgetGuard
 from dspy_pxn.pools import ThreadWorkerPool
-from dspy_pxn.events import StepEvents, StepListener, override
-from dspy_pxn.strategies import (
-    BudgetCappedSelection,
-    BudgetGuard,
-    DistinctParentsPxN,
-    SequentialMinibatchSampler,
-    selected_within,
-)
+from dspy_pxn.schedules.sampling import SequentialMinibatchSampler
+from dspy_pxn.schedules.strategies import BudgetCappedSelection, DistinctParentsPxN, selected_within
+from dspy_pxn.targets.program.adapter import BatchedAdapter
 from tests.conftest import seed_program
 
 

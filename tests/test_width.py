@@ -10,8 +10,7 @@ import pytest
 from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
 from dspy_pxn.cli import main as cli
-from dspy_pxn.ledger.budget import RunShape
-from dspy_pxn.width import (
+from dspy_pxn.engine.width import (
     MAX_VALIDATIONS_IN_FLIGHT,
     MIN_VALIDATION_WINDOWS,
     PROMPT_VALIDATION_WINDOWS,
@@ -20,6 +19,7 @@ from dspy_pxn.width import (
     auto_width,
     starts_validation,
 )
+from dspy_pxn.ledger.budget import RunShape
 
 
 @pytest.mark.parametrize(("workers", "budget", "val_size", "expected"), [
@@ -67,7 +67,7 @@ def test_auto_parents_are_whole_parents_of_the_width():
 
 def test_a_compile_with_p_auto_fills_the_pool_within_the_budget(splits, task_lm, caplog):
     train, val, _ = splits
-    caplog.set_level(logging.INFO, logger="dspy_pxn.run")
+    caplog.set_level(logging.INFO, logger="dspy_pxn.engine.run")
     best = BatchedGEPA(metric=sim.metric, p="auto", max_metric_calls=400, num_threads=32,
                        reflection_lm=sim.SimulatedLM(), tracker=False).compile(
         sim.seed_program(), trainset=train, valset=val)

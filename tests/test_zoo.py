@@ -13,7 +13,7 @@ import dspy
 import pytest
 
 from dspy_pxn import BatchedGEPA
-from dspy_pxn.merge import MergeImprovements
+from dspy_pxn.proposer.sibling_merge import MergeImprovements
 from tests.compiling import compile_sim
 from tests.zoo.lm import CAREFUL, ZooLM
 from tests.zoo.shapes import SHAPES, Shape

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dspy_pxn.cli.errors import UsageError
+from dspy_pxn.cli.optimize import DEFAULT_TIMEOUT_S, DEMO_DEFAULTS, demo_command, optimize_command, sweep_command
 from dspy_pxn.cli.plan import (
     ASSUMED_ACCEPTANCE,
     ASSUMED_REFLECTION_S,
@@ -16,9 +17,8 @@ from dspy_pxn.cli.plan import (
     import_command,
     plan_command,
 )
-from dspy_pxn.cli.run import DEFAULT_TIMEOUT_S, DEMO_DEFAULTS, demo_command, optimize_command, sweep_command
 from dspy_pxn.cli.tasks import TASKS, parents_flag
-from dspy_pxn.width import AUTO
+from dspy_pxn.engine.width import AUTO
 
 
 def _run_options(parser: argparse.ArgumentParser, demo: bool = False) -> None:

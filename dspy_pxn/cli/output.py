@@ -7,7 +7,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from dspy_pxn.records import StepRecord
+from dspy_pxn.engine.records import StepRecord
 from dspy_pxn.ledger.ledger import answered_from_cache
 
 

@@ -9,14 +9,14 @@ import re
 import tempfile
 from dataclasses import replace
 
-from dspy_pxn.ledger.budget import RunShape
 from dspy_pxn.cli.errors import UsageError
 from dspy_pxn.cli.output import duration
+from dspy_pxn.engine.records import STEP_LOG_NAME, StepRecord, read_step_log
+from dspy_pxn.engine.width import REFLECTION_EXAMPLES, auto_width, screening_minibatch
+from dspy_pxn.ledger.budget import RunShape
 from dspy_pxn.planning import RuntimeModel, parse_shapes, shapes_for
 from dspy_pxn.planning.measured import measured
-from dspy_pxn.records import STEP_LOG_NAME, StepRecord, read_step_log
-from dspy_pxn.selection import parse as parse_selection
-from dspy_pxn.width import REFLECTION_EXAMPLES, auto_width, screening_minibatch
+from dspy_pxn.proposer.selection import parse as parse_selection
 
 # Without a finished run to fit, the planner assumes the paper's regime: reflection 4x a
 # task call, and LiveBench-Math's 1×1 acceptance (17% of iterations validated).

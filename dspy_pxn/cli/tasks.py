@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dspy_pxn.cli.errors import UsageError
-from dspy_pxn.width import AUTO
+from dspy_pxn.engine.width import AUTO
 
 TASKS = ("math", "hover", "gsm8k", "sim")  # sim: the synthetic task on a simulated LM, no key, no network
 

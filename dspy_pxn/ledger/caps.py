@@ -31,7 +31,15 @@ from dspy_pxn.checks import ArgumentError
 from dspy_pxn.ledger.ledger import REFLECTING, RunLedger
 from dspy_pxn.ledger.pace import RunPace
 from dspy_pxn.ledger.prices import (
-    FREE, Price, PromptTokenBound, max_output_tokens, price_of, prompt_size, unbounded_error, unpriced_error)
+    FREE,
+    Price,
+    PromptTokenBound,
+    max_output_tokens,
+    price_of,
+    prompt_size,
+    unbounded_error,
+    unpriced_error,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 
-from dspy_pxn.events import Phase, StepListener, override
+from dspy_pxn.engine.events import Phase, StepListener, override
 
 RECENT = 50  # the medians read the latest this many measurements: a run's latency drifts
 

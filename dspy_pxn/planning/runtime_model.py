@@ -26,12 +26,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from dspy_pxn import selection as selections
-from dspy_pxn.ledger.budget import BudgetGuard, RunShape
 from dspy_pxn.checks import positive_int
+from dspy_pxn.engine.records import StepRecord
+from dspy_pxn.ledger.budget import BudgetGuard, RunShape
 from dspy_pxn.planning.spread import batch_seconds, mean_factor, sigma_of, slowest_factor
-from dspy_pxn.selection import Selection
-from dspy_pxn.records import StepRecord
+from dspy_pxn.proposer import selection as selections
+from dspy_pxn.proposer.selection import Selection
 
 __all__ = [
     "RunShape",  # re-exported: the planner's users build one

@@ -45,7 +45,7 @@ from dspy_pxn.ledger.ledger import RunLedger, Tally
 from dspy_pxn.ledger.limiter import active_limiters
 from dspy_pxn.ledger.prices import Price, PromptTokenBound
 from dspy_pxn.ledger.remote import Allowance, ShareSpent, shares_of
-from dspy_pxn.memo import lru_memo
+from dspy_pxn.pools.memo import lru_memo
 from dspy_pxn.pools.threads import R, T, ThreadWorkerPool
 
 # The dspy settings a rollout reads; they travel with every batch of calls.

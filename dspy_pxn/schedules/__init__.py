@@ -16,7 +16,7 @@ from dspy_pxn.schedules.asynchronous import AsyncSchedule
 from dspy_pxn.schedules.steps import StepSchedule
 
 if TYPE_CHECKING:  # types only: the run imports the schedules, never the other way round
-    from dspy_pxn.run import Live, Run
+    from dspy_pxn.engine.run import Live, Run
 
 
 class Schedule(Protocol):

@@ -57,17 +57,17 @@ from gepa.proposer.base import CandidateProposal
 from gepa.strategies.acceptance import StrictImprovementAcceptance
 from gepa.strategies.proposal_sampling import ProposalTask
 
-from dspy_pxn import selection as selections
-from dspy_pxn import width as widths
+from dspy_pxn.engine import width as widths
 from dspy_pxn.ledger.budget import Reservation
 from dspy_pxn.ledger.caps import CapReached
+from dspy_pxn.proposer import selection as selections
 from dspy_pxn.schedules.crossover import MERGE_TAG, AsyncCrossover
 from dspy_pxn.schedules.parts import degraded, gepa_parts
+from dspy_pxn.schedules.strategies import selected_within, stopper_telling
 from dspy_pxn.schedules.windows import Validated, Windows, valset_evaluation
-from dspy_pxn.strategies import selected_within, stopper_telling
 
 if TYPE_CHECKING:  # types only: the run imports the schedules, never the other way round
-    from dspy_pxn.run import Live, Run
+    from dspy_pxn.engine.run import Live, Run
 
 logger = logging.getLogger(__name__)
 

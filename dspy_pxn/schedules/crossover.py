@@ -29,7 +29,7 @@ from gepa.core.state import GEPAState
 from gepa.proposer.base import CandidateProposal
 from gepa.proposer.merge import MergeProposer
 
-from dspy_pxn.pooled_adapter import PooledAdapter
+from dspy_pxn.engine.pooled_adapter import PooledAdapter
 from dspy_pxn.ledger.budget import CROSSOVER_SUBSAMPLE_CALLS, BudgetGuard, Reservation
 from dspy_pxn.schedules.windows import MERGE_TAG, Validated, Windows, valset_evaluation
 

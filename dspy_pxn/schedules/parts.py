@@ -15,19 +15,15 @@ from typing import TYPE_CHECKING, Any
 from gepa.proposer.reflective_mutation.base import CandidateSelector
 from gepa.strategies.proposal_selection import SelectionStrategy
 
-from dspy_pxn import selection as selections
-from dspy_pxn.description import resume_settings
-from dspy_pxn.merge import PromptedMerge, ProposerMerge, SiblingMerge
-from dspy_pxn.reflection import PooledReflection
-from dspy_pxn.resume import checkpoint
-from dspy_pxn.strategies import (
-    CANDIDATE_SELECTORS,
-    SequentialMinibatchSampler,
-    component_selector,
-)
+from dspy_pxn.engine.description import resume_settings
+from dspy_pxn.engine.resume import checkpoint
+from dspy_pxn.proposer import selection as selections
+from dspy_pxn.proposer.reflection import PooledReflection
+from dspy_pxn.proposer.sibling_merge import PromptedMerge, ProposerMerge, SiblingMerge
+from dspy_pxn.schedules.sampling import CANDIDATE_SELECTORS, SequentialMinibatchSampler, component_selector
 
 if TYPE_CHECKING:  # types only: the run imports the schedules, never the other way round
-    from dspy_pxn.run import Live, Run
+    from dspy_pxn.engine.run import Live, Run
 
 
 @dataclass(frozen=True)
@@ -48,7 +44,7 @@ def gepa_parts(run: Run, live: Live) -> GepaParts:
     # so a 1×1 run draws the same parents and minibatches as dspy.GEPA.
     rng = random.Random(settings.seed)
     sampler = SequentialMinibatchSampler(run.minibatch_size, rng)
-    # Their state is saved with gepa's, through the adapter's state hook (dspy_pxn.resume).
+    # Their state is saved with gepa's, through the adapter's state hook (dspy_pxn.engine.resume).
     live.adapter.checkpoint = checkpoint(resume_settings(run.description), sampler, live.ledger.spent_usd)
     selector = settings.candidate_selection_strategy
     reflection = PooledReflection(live.adapter, run.reflection_lm, live.pool, live.events)
@@ -77,5 +73,5 @@ def selection_strategy(run: Run, live: Live, reflection: PooledReflection) -> Se
 
 def degraded(parts: GepaParts) -> bool:
     """Whether the run's selection can no longer merge (its merges came back unreadable): the schedules then run
-    one proposal at a time, as dspy.GEPA does (``dspy_pxn.merge.SiblingMerge``)."""
+    one proposal at a time, as dspy.GEPA does (``dspy_pxn.proposer.sibling_merge.SiblingMerge``)."""
     return bool(getattr(parts.selection, "degraded", False))

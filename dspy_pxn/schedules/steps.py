@@ -30,7 +30,7 @@ from gepa.core.state import GEPAState
 
 from dspy_pxn.ledger.caps import CapReached, seed_validation_paid
 from dspy_pxn.schedules.parts import GepaParts, degraded, gepa_parts
-from dspy_pxn.strategies import (
+from dspy_pxn.schedules.strategies import (
     BudgetCappedSelection,
     CapsStopper,
     DistinctParentsPxN,
@@ -39,7 +39,7 @@ from dspy_pxn.strategies import (
 )
 
 if TYPE_CHECKING:  # types only: the run imports the schedules, never the other way round
-    from dspy_pxn.run import Live, Run
+    from dspy_pxn.engine.run import Live, Run
 
 logger = logging.getLogger(__name__)
 

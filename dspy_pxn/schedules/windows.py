@@ -42,12 +42,12 @@ from gepa.core.data_loader import DataLoader
 from gepa.core.state import GEPAState, ValsetEvaluation, initialize_gepa_state
 from gepa.proposer.base import CandidateProposal
 
-from dspy_pxn.events import Phase, StepListener, override
+from dspy_pxn.engine.candidates import FULL_EVALUATION, best_program
+from dspy_pxn.engine.events import Phase, StepListener, override
 from dspy_pxn.ledger.caps import seed_validation_paid
-from dspy_pxn.strategies import FULL_EVALUATION, best_program
 
 if TYPE_CHECKING:  # types only: the run imports the schedules, never the other way round
-    from dspy_pxn.run import Live, Run
+    from dspy_pxn.engine.run import Live, Run
 
 logger = logging.getLogger(__name__)
 

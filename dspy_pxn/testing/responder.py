@@ -403,13 +403,13 @@ def _answer_merge(system: str, user: str, landscape: Landscape = DEPTH) -> str:
     return _render(fields, {"merged_instruction": merged}, _json_mode(system))
 
 
-# dspy_pxn.merge.PLAIN_MERGE_PROMPT: the merge asked in plain text, its reply between ``` marks.
+# dspy_pxn.proposer.sibling_merge.PLAIN_MERGE_PROMPT: the merge asked in plain text, its reply between ``` marks.
 _PLAIN_MERGE_RE = re.compile(r"The current best instruction:\n```\n(?P<current>.*?)\n```\n\nThe improving rewrites:\n\n"
                              r"(?P<improved>.*)\n\nWrite the new instruction within ``` blocks\.", re.DOTALL)
 
 
 def _answer_plain_merge(match: re.Match[str], landscape: Landscape = DEPTH) -> str:
-    """The same merge as ``_answer_merge``, asked in plain text (``dspy_pxn.merge.merge_as_plain_text``)."""
+    """The same merge as ``_answer_merge``, asked in plain text (``dspy_pxn.proposer.sibling_merge.merge_as_plain_text``)."""
     return f"```\n{merge_instructions(match['current'], _rewrite_texts(match['improved']), landscape.capacity)}\n```"
 
 

@@ -12,12 +12,12 @@ builds one from its convenience arguments through the factory registered below.
     compare_experiment("hover", "comparison/")               # plots and table (dspy_pxn.tracking.compare)
 """
 
-from dspy_pxn.tracker import register_around_compile, register_default_tracker
+from dspy_pxn.engine.tracker import register_around_compile, register_default_tracker
 from dspy_pxn.tracking.autolog import no_compile_traces
 from dspy_pxn.tracking.importer import ImportedRun, import_step_log
 from dspy_pxn.tracking.mlflow_io import BEST_RUN_TAG, CONFIG_TAG, KIND_TAG, MODEL_TAG, PARENT_TAG, SWEEP_TAG
+from dspy_pxn.tracking.mlflow_run import MlflowRun, MlflowTracker
 from dspy_pxn.tracking.parent import Sweep, current_sweep
-from dspy_pxn.tracking.run import MlflowRun, MlflowTracker
 from dspy_pxn.tracking.sweep import sweep
 
 register_default_tracker(MlflowTracker.by_default)
@@ -29,7 +29,7 @@ def __getattr__(name: str) -> object:
     """``BatchedGepaPromptOptimizer`` on first use: it subclasses MLflow's GenAI optimizer base, whose import
     (``mlflow.genai``) a DSPy-only user never pays for."""
     if name == "BatchedGepaPromptOptimizer":
-        from dspy_pxn.tracking.mlflow_prompts.optimizer import BatchedGepaPromptOptimizer
+        from dspy_pxn.targets.mlflow_prompts.optimizer import BatchedGepaPromptOptimizer
 
         return BatchedGepaPromptOptimizer
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

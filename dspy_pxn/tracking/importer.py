@@ -11,12 +11,12 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from dspy_pxn.records import STEP_LOG_NAME, read_step_log
+from dspy_pxn.engine.records import STEP_LOG_NAME, read_step_log
 from dspy_pxn.tracking import runlog
 from dspy_pxn.tracking.config import DEFAULT_EXPERIMENT, default_tracking_uri, require_mlflow
 from dspy_pxn.tracking.mlflow_io import CONFIG_TAG, IMPORTED_TAG, MlflowMirror, failure_series, probe
+from dspy_pxn.tracking.mlflow_run import final_metrics, write_outputs
 from dspy_pxn.tracking.model import ModelSource, model_of
-from dspy_pxn.tracking.run import final_metrics, write_outputs
 from dspy_pxn.tracking.runlog import FinalMetrics, RunManifest
 
 

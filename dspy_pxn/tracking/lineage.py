@@ -23,8 +23,8 @@ from typing import Any
 
 from gepa.core.state import GEPAState
 
-from dspy_pxn.reflection import FEEDBACK_KEY, feedback_text
-from dspy_pxn.strategies import pareto_front_programs
+from dspy_pxn.engine.candidates import pareto_front_programs
+from dspy_pxn.proposer.reflection import FEEDBACK_KEY, feedback_text
 
 PROPOSALS_LOG_NAME = "proposals.jsonl"
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import fields
 from typing import TYPE_CHECKING
 
-from dspy_pxn.records import STEP_LOG_NAME, StepRecord
+from dspy_pxn.engine.records import STEP_LOG_NAME, StepRecord
 from dspy_pxn.tracking import runlog
 from dspy_pxn.tracking.model import ModelSource, log_program, register_model
 from dspy_pxn.tracking.runlog import FAILURES, Baseline, RunManifest

@@ -10,10 +10,10 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from dspy_pxn.engine.records import StepRecord
 from dspy_pxn.ledger.budget import RunShape
 from dspy_pxn.planning import RuntimeModel
-from dspy_pxn.selection import Selection
-from dspy_pxn.records import StepRecord
+from dspy_pxn.proposer.selection import Selection
 from dspy_pxn.tracking.runlog import Baseline
 
 FIGSIZE, DPI = (7.0, 4.5), 100  # 700 x 450 px

@@ -13,13 +13,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from dspy_pxn.tracker import tracking_by_default
+from dspy_pxn.engine.tracker import tracking_by_default
 from dspy_pxn.tracking import runlog
 from dspy_pxn.tracking.config import default_experiment, default_tracking_uri, require_mlflow, slug
 from dspy_pxn.tracking.mlflow_io import BEST_RUN_TAG, MODEL_TAG, SWEEP_TAG, MlflowMirror, probe
+from dspy_pxn.tracking.mlflow_run import MlflowTracker
 from dspy_pxn.tracking.model import check_registered_model_name, register_model
 from dspy_pxn.tracking.parent import CURRENT_SWEEP, Sweep
-from dspy_pxn.tracking.run import MlflowTracker
 from dspy_pxn.tracking.runlog import RunManifest
 
 logger = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ import pytest
 
 from dspy_pxn import BatchedGEPA, read_step_log
 from dspy_pxn import testing as sim
-from dspy_pxn.resume import load_saved_state
+from dspy_pxn.engine.resume import load_saved_state
 from dspy_pxn.testing import LatencyServer
 from dspy_pxn.tracking import MODEL_TAG, MlflowTracker
 from tests.compiling import compile_sim

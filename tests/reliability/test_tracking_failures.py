@@ -15,7 +15,7 @@ import pytest
 
 from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
-from dspy_pxn.tracker import TrackingArgumentError
+from dspy_pxn.engine.tracker import TrackingArgumentError
 from tests.compiling import compile_sim
 from tests.conftest import seed_program
 

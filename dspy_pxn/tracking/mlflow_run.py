@@ -31,11 +31,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dspy_pxn import description as described
-from dspy_pxn.description import RunDescription
-from dspy_pxn.records import StepRecord, read_step_log
-from dspy_pxn.resume import GEPA_STATE_FILE
-from dspy_pxn.tracker import TrackingArgumentError
+from dspy_pxn.engine import description as described
+from dspy_pxn.engine.description import RunDescription
+from dspy_pxn.engine.records import StepRecord, read_step_log
+from dspy_pxn.engine.resume import GEPA_STATE_FILE
+from dspy_pxn.engine.tracker import TrackingArgumentError
+from dspy_pxn.ledger.ledger import RunLedger
 from dspy_pxn.tracking import runlog
 from dspy_pxn.tracking.autolog import logs_compiles
 from dspy_pxn.tracking.config import default_experiment, default_tracking_uri, require_mlflow, slug
@@ -60,7 +61,6 @@ from dspy_pxn.tracking.model import (
 )
 from dspy_pxn.tracking.parent import current_sweep
 from dspy_pxn.tracking.runlog import COUNTED, FAILURES, Baseline, FinalMetrics, RunManifest
-from dspy_pxn.ledger.ledger import RunLedger
 
 logger = logging.getLogger(__name__)
 

@@ -1,12 +1,12 @@
-"""What a run optimizes: the one thing ``dspy_pxn.run`` asks of a DSPy program, or of anything else.
+"""What a run optimizes: the one thing ``dspy_pxn.engine.run`` asks of a DSPy program, or of anything else.
 
 The engine (budget, pool, ledger, schedules, reflection, sibling merge, crossover) works on gepa's
 candidates, ``dict[str, str]``, through a ``PooledAdapter``. A ``Target`` is the rest: where the seed
 candidate comes from, which data it accepts, which LMs the task holds, the adapter its rollouts
 run on. What a finished search returns is the caller's: each target has its own ``result``
-(``run.ended()`` first says the search is over). ``ProgramTarget`` (``dspy_pxn.program_target``) is a
+(``run.ended()`` first says the search is over). ``ProgramTarget`` (``dspy_pxn.targets.program.target``) is a
 DSPy program, as ``BatchedGEPA.compile`` optimizes it; MLflow prompt templates are another
-(``dspy_pxn.tracking.mlflow_prompts``).
+(``dspy_pxn.targets.mlflow_prompts``).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from dspy_pxn.events import StepEvents
-from dspy_pxn.pooled_adapter import PooledAdapter
+from dspy_pxn.engine.events import StepEvents
+from dspy_pxn.engine.pooled_adapter import PooledAdapter
 from dspy_pxn.pools import WorkerPool
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class TargetShape:
-    """How a target is described to tracking and resume (``dspy_pxn.description.RunDescription``)."""
+    """How a target is described to tracking and resume (``dspy_pxn.engine.description.RunDescription``)."""
 
     name: str  # the program's class, or what the candidates are ("mlflow prompts")
     components: int  # predictors (or prompts) the candidate holds

@@ -30,17 +30,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import dspy
+from dspy.utils.exceptions import AdapterParseError
 from gepa.core.state import GEPAState
 from gepa.proposer.base import CandidateProposal
-from dspy.utils.exceptions import AdapterParseError
 from gepa.strategies.acceptance import AcceptanceCriterion
 from gepa.strategies.instruction_proposal import InstructionProposalSignature
 
+from dspy_pxn.engine.candidates import best_program, improvement
+from dspy_pxn.engine.events import StepEvents
 from dspy_pxn.ledger.ledger import REFLECTING
-from dspy_pxn.events import StepEvents
 from dspy_pxn.pools import WorkerPool
-from dspy_pxn.reflection import DATASET_KEY, FEEDBACK_KEY, first_text
-from dspy_pxn.strategies import best_program, improvement
+from dspy_pxn.proposer.reflection import DATASET_KEY, FEEDBACK_KEY, first_text
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from dspy_pxn.records import StepRecord
+from dspy_pxn.engine.records import StepRecord
 from dspy_pxn.tracking.mlflow_io import BackgroundWriter, MlflowMirror
 
 logger = logging.getLogger(__name__)

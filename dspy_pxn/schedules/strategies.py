@@ -7,54 +7,26 @@ Each is a small class passed to ``gepa.optimize`` through its own extension poin
 from __future__ import annotations
 
 import math
-import random
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 from gepa.core.data_loader import DataLoader
 from gepa.core.state import GEPAState
-from gepa.gepa_utils import remove_dominated_programs
 from gepa.proposer.base import CandidateProposal
 from gepa.proposer.reflective_mutation.base import CandidateSelector
 from gepa.strategies.acceptance import AcceptanceCriterion
-from gepa.strategies.batch_sampler import BatchSampler, EpochShuffledBatchSampler
-from gepa.strategies.candidate_selector import (
-    CurrentBestCandidateSelector,
-    EpsilonGreedyCandidateSelector,
-    ParetoCandidateSelector,
-    TopKParetoCandidateSelector,
-)
-from gepa.strategies.component_selector import AllReflectionComponentSelector, RoundRobinReflectionComponentSelector
-from gepa.strategies.eval_policy import FullEvaluationPolicy
+from gepa.strategies.batch_sampler import BatchSampler
+from gepa.strategies.candidate_selector import ParetoCandidateSelector
 from gepa.strategies.proposal_sampling import ProposalTask
 from gepa.strategies.proposal_selection import SelectionStrategy
 
+from dspy_pxn.engine.candidates import improvement, pareto_front_programs
+from dspy_pxn.engine.events import StepEvents
 from dspy_pxn.ledger.budget import BudgetGuard
 from dspy_pxn.ledger.caps import RunCaps
-from dspy_pxn.events import StepEvents
 
-# candidate_selection_strategy by name: how parents are drawn from the pool (gepa's selectors).
-CANDIDATE_SELECTORS: dict[str, Callable[[random.Random], CandidateSelector]] = {
-    "pareto": lambda rng: ParetoCandidateSelector(rng=rng),
-    "current_best": lambda rng: CurrentBestCandidateSelector(),
-    "epsilon_greedy": lambda rng: EpsilonGreedyCandidateSelector(epsilon=0.1, rng=rng),
-    "top_k_pareto": lambda rng: TopKParetoCandidateSelector(k=5, rng=rng),
-}
 # Selector draws per parent wanted before DistinctParentsPxN tops its parents up from the Pareto front.
 DRAWS_PER_PARENT = 8
-
-
-def component_selector(selector: Any) -> Any:
-    """gepa's component selector for ``component_selector`` ('round_robin', 'all', or an instance), as
-    gepa.optimize builds it: the asynchronous schedule drives the selector itself."""
-    named = {"round_robin": RoundRobinReflectionComponentSelector, "all": AllReflectionComponentSelector}
-    if isinstance(selector, str):
-        if selector not in named:
-            raise ValueError(f"component_selector={selector!r} is unknown; use 'round_robin', 'all' or a "
-                             "gepa ReflectionComponentSelector.")
-        return named[selector]()
-    return selector
 
 
 class ExactBudgetStopper:
@@ -99,63 +71,6 @@ class CapsStopper:
         waves = 2 * -(-screening // (2 * self.workers)) + -(-self.guard.valset_size // self.workers)
         return self.caps.blocks(rollouts=screening + self.guard.valset_size, reflections=self.width,
                                 rollout_waves=waves, reflections_in_series=1) is not None
-
-
-class SequentialMinibatchSampler(EpochShuffledBatchSampler):
-    """gepa's epoch-shuffled minibatches, advancing one minibatch per *call*.
-
-    gepa's sampler positions each iteration at ``iteration × minibatch_size`` and only
-    offsets later calls within it, so with k tasks per iteration consecutive steps
-    reuse k−1 of the previous step's minibatches: the same parents on the same data
-    give the same reflection prompts. With one call per iteration (1×1) this sampler
-    yields exactly gepa's sequence.
-    """
-
-    def __init__(self, minibatch_size: int, rng):
-        super().__init__(minibatch_size=minibatch_size, rng=rng)
-        self.calls = 0
-
-    def next_minibatch_ids(self, loader: DataLoader, state: GEPAState) -> list:
-        if len(loader) == 0:
-            raise ValueError("Cannot sample a minibatch from an empty trainset.")
-        position = self.calls * self.minibatch_size
-        self.calls += 1
-        epoch = 0 if self.epoch == -1 else position // max(len(self.shuffled_ids), 1)
-        if not self.shuffled_ids or len(loader) != self.last_trainset_size or epoch > self.epoch:
-            self.epoch = epoch
-            self._update_shuffled(loader)
-        start = position % len(self.shuffled_ids)
-        return self.shuffled_ids[start : start + self.minibatch_size]
-
-    def position(self) -> dict[str, Any]:
-        """Where the sampler is, and its generator's state: what a resumed run restores (``dspy_pxn.resume``)."""
-        return {"sampler_calls": self.calls, "sampler_epoch": self.epoch,
-                "sampler_shuffled_ids": list(self.shuffled_ids), "sampler_last_trainset_size": self.last_trainset_size,
-                "sampler_id_freqs": dict(self.id_freqs), "rng": self.rng.getstate()}
-
-    def restore(self, saved: dict[str, Any]) -> None:
-        self.calls, self.epoch = saved["sampler_calls"], saved["sampler_epoch"]
-        self.shuffled_ids = list(saved["sampler_shuffled_ids"])
-        self.last_trainset_size = saved["sampler_last_trainset_size"]
-        self.id_freqs = Counter(saved["sampler_id_freqs"])
-        self.rng.setstate(saved["rng"])
-
-
-def best_program(state: GEPAState) -> int:
-    """The run's best candidate: the highest mean validation score, the earliest on a tie. gepa's own rule
-    (``FullEvaluationPolicy``, what ``GEPAResult.best_idx`` reads), the one every part of the run asks."""
-    return FULL_EVALUATION.get_best_program(state)
-
-
-FULL_EVALUATION = FullEvaluationPolicy()
-
-
-def pareto_front_programs(state: GEPAState) -> list[int]:
-    """Non-dominated programs, best aggregate validation score first."""
-    scores = state.per_program_tracked_scores
-    front = remove_dominated_programs(state.get_pareto_front_mapping(), scores=scores)
-    members = {program for programs in front.values() for program in programs}
-    return sorted(members, key=lambda program: (-scores[program], program))
 
 
 class DistinctParentsPxN:
@@ -264,8 +179,3 @@ def selected_within(selection: SelectionStrategy, proposals: list[CandidatePropo
     ranked = sorted(selected, key=improvement, reverse=True)[:validations]
     keep = {id(p) for p in ranked}
     return [p for p in selected if id(p) in keep]
-
-
-def improvement(proposal: CandidateProposal) -> float:
-    """How much a child beat its parent on their shared minibatch (sum of scores)."""
-    return sum(proposal.subsample_scores_after or []) - sum(proposal.subsample_scores_before or [])

@@ -2,7 +2,7 @@
 
 Tracking (MLflow params, the comparison's "same setup" check) and resume (refusing to
 continue a run under other settings) both need to say what a run *is*: each compile
-writes one ``RunDescription`` (``dspy_pxn.run``), a record, and each reads its own view of it
+writes one ``RunDescription`` (``dspy_pxn.engine.run``), a record, and each reads its own view of it
 (``params``, ``label``; ``resume_settings``).
 """
 
@@ -63,7 +63,7 @@ class RunDescription:
 
     p: int
     n: int
-    selection: str  # dspy_pxn.selection.label
+    selection: str  # dspy_pxn.proposer.selection.label
     schedule: str  # "steps" | "async"
     minibatch_size: int
     seed: int | None

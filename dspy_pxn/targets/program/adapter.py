@@ -3,7 +3,7 @@
 ``BatchedAdapter`` subclasses dspy's ``DspyAdapter`` and keeps everything that is
 about *what* a rollout means (building the program from a candidate, reflective
 datasets, feedback, dspy's proposers), while ``PooledAdapter`` decides *how* rollouts
-are scheduled (``dspy_pxn.pooled_adapter``: one pool task per example, traces only
+are scheduled (``dspy_pxn.engine.pooled_adapter``: one pool task per example, traces only
 where reflection reads them, each batch reported with its phase).
 """
 
@@ -18,10 +18,10 @@ from dspy.primitives.code_interpreter import CodeInterpreterError
 from dspy.teleprompt.gepa.gepa_utils import DspyAdapter
 from gepa import EvaluationBatch
 
-from dspy_pxn.events import StepEvents
-from dspy_pxn.pooled_adapter import PooledAdapter
+from dspy_pxn.engine.events import StepEvents
+from dspy_pxn.engine.pooled_adapter import PooledAdapter
 from dspy_pxn.pools import WorkerPool
-from dspy_pxn.rollout import CandidateRollouts, RolloutResult, check_seed_validation
+from dspy_pxn.targets.program.rollout import CandidateRollouts, RolloutResult, check_seed_validation
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""MLflow prompt templates as what a run optimizes (``dspy_pxn.target``): the engine's second target.
+"""MLflow prompt templates as what a run optimizes (``dspy_pxn.engine.target``): the engine's second target.
 
 The candidates are MLflow's (prompt name -> template; a chat prompt as its JSON messages), the data is
 MLflow's training rows (also the validation rows, as in MLflow's GEPA optimizer), the task LMs are the
@@ -17,17 +17,17 @@ from typing import TYPE_CHECKING, Any
 import dspy
 
 from dspy_pxn import checks
-from dspy_pxn.events import StepEvents
+from dspy_pxn.engine.events import StepEvents
+from dspy_pxn.engine.target import TargetShape
 from dspy_pxn.pools import WorkerPool
-from dspy_pxn.target import TargetShape
-from dspy_pxn.tracking.mlflow_prompts.adapter import PromptAdapter, PromptRollouts, SerialPromptAdapter
-from dspy_pxn.tracking.mlflow_prompts.evaluation import ConcurrentEvaluation, EvalFn
-from dspy_pxn.tracking.mlflow_prompts.run_log import PromptRunLog
+from dspy_pxn.targets.mlflow_prompts.adapter import PromptAdapter, PromptRollouts, SerialPromptAdapter
+from dspy_pxn.targets.mlflow_prompts.evaluation import ConcurrentEvaluation, EvalFn
+from dspy_pxn.targets.mlflow_prompts.run_log import PromptRunLog
 
 if TYPE_CHECKING:
     from gepa.core.result import GEPAResult
 
-    from dspy_pxn.run import Live, Run
+    from dspy_pxn.engine.run import Live, Run
     from dspy_pxn.settings import Settings
 
 logger = logging.getLogger(__name__)

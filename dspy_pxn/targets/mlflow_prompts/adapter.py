@@ -1,7 +1,7 @@
 """MLflow prompt templates as gepa candidates on the engine's pool: one task per (candidate, row).
 
 ``PromptAdapter`` is the *what* of a rollout for ``mlflow.genai.optimize_prompts`` (the *how* is
-``dspy_pxn.pooled_adapter.PooledAdapter``'s, as for a DSPy program): a row runs MLflow's
+``dspy_pxn.engine.pooled_adapter.PooledAdapter``'s, as for a DSPy program): a row runs MLflow's
 predict_fn under the candidate's templates and is scored by the user's scorers
 (``ConcurrentEvaluation.evaluate_row``), and its ``EvaluationResultRecord`` is what gepa keeps
 and reflects on, in the shape MLflow's own GEPA optimizer gives its reflection (the row's inputs,
@@ -27,12 +27,12 @@ from gepa import EvaluationBatch
 from gepa.proposer.reflective_mutation.reflection_lm import StatelessReflectionLM
 
 from dspy_pxn import checks
-from dspy_pxn.events import StepEvents
-from dspy_pxn.pooled_adapter import PooledAdapter, Task
+from dspy_pxn.engine.events import StepEvents
+from dspy_pxn.engine.pooled_adapter import PooledAdapter, Task
 from dspy_pxn.pools import WorkerPool
-from dspy_pxn.reflection import first_text
-from dspy_pxn.rollout import METRIC_PROBLEM, RolloutResult
-from dspy_pxn.tracking.mlflow_prompts.evaluation import ConcurrentEvaluation, EvalFn, warn_unread
+from dspy_pxn.proposer.reflection import first_text
+from dspy_pxn.targets.mlflow_prompts.evaluation import ConcurrentEvaluation, EvalFn, warn_unread
+from dspy_pxn.targets.program.rollout import METRIC_PROBLEM, RolloutResult
 
 logger = logging.getLogger(__name__)
 

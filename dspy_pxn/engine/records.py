@@ -18,13 +18,13 @@ from dataclasses import asdict, dataclass, field
 from gepa.core.state import GEPAState
 from gepa.strategies.proposal_sampling import ProposalTask
 
-from dspy_pxn.events import Phase, StepListener, override
+from dspy_pxn.engine.candidates import best_program, pareto_front_programs
+from dspy_pxn.engine.events import Phase, StepListener, override
 from dspy_pxn.ledger.budget import RunShape
 from dspy_pxn.ledger.caps import RunCaps
 from dspy_pxn.ledger.ledger import RunLedger, Tally, UsageTotals
 from dspy_pxn.ledger.pace import RunPace
 from dspy_pxn.pools import WorkerPool
-from dspy_pxn.strategies import best_program, pareto_front_programs
 
 logger = logging.getLogger(__name__)
 

@@ -21,13 +21,14 @@ from typing import Any
 import dspy
 from dspy.primitives import Example, Prediction
 from dspy.teleprompt.bootstrap_trace import FailedPrediction
+
 # Private in dspy: how dspy.GEPA hands a dspy.Flex program's execution trace to the metric; no public way.
 from dspy.teleprompt.gepa.gepa_flex_utils import _metric_scoring_kwargs
 from dspy.utils.exceptions import AdapterParseError
 
 from dspy_pxn import checks
 from dspy_pxn.ledger.ledger import RUNNING_PROGRAM, BilledTracker, RunLedger
-from dspy_pxn.memo import lru_memo
+from dspy_pxn.pools.memo import lru_memo
 
 logger = logging.getLogger(__name__)
 

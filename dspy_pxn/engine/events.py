@@ -43,7 +43,7 @@ class StepListener:
         """``jobs`` reflection calls finished; ``failed`` of them proposed nothing."""
 
     def sibling_merged(self, seconds: float, children: int) -> None:
-        """``children`` improving children were merged into one candidate (``dspy_pxn.merge``)."""
+        """``children`` improving children were merged into one candidate (``dspy_pxn.proposer.sibling_merge``)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -80,7 +80,7 @@ class StepEvents(StepListener):
     def add(self, listener: StepListener, *, before: StepListener | None = None) -> None:
         """Tell ``listener`` every event from now on: last, or just ``before`` a listener already added."""
         if not isinstance(listener, StepListener):
-            raise TypeError(f"{listener!r} is not a dspy_pxn.events.StepListener: subclass it and override "
+            raise TypeError(f"{listener!r} is not a dspy_pxn.engine.events.StepListener: subclass it and override "
                             "the events it hears.")
         with self.lock:
             position = self.listeners.index(before) if before is not None else len(self.listeners)

@@ -3,8 +3,8 @@
 gepa hands an adapter a batch and a candidate at a time (``evaluate``) and, from a P×N step, many
 at once (``batch_evaluate``). ``PooledAdapter`` is the half of an adapter that decides *how* they
 run, shared by every kind of candidate the engine optimizes (a DSPy program's instructions,
-``dspy_pxn.adapter.BatchedAdapter``; MLflow prompt templates,
-``dspy_pxn.tracking.mlflow_prompts.adapter``):
+``dspy_pxn.targets.program.adapter.BatchedAdapter``; MLflow prompt templates,
+``dspy_pxn.targets.mlflow_prompts.adapter``):
 
 - every (candidate, example) pair is one pool task, so a long validation and short minibatches
   share W workers instead of a static split;
@@ -32,10 +32,10 @@ from typing import Any
 from gepa import EvaluationBatch
 from gepa.strategies.proposal_sampling import ProposalTask
 
-from dspy_pxn.events import Phase, StepEvents, StepListener, override
+from dspy_pxn.engine.events import Phase, StepEvents, StepListener, override
+from dspy_pxn.engine.resume import CHECKPOINT_KEY, Checkpoint
 from dspy_pxn.pools import WorkerPool
-from dspy_pxn.resume import CHECKPOINT_KEY, Checkpoint
-from dspy_pxn.rollout import RolloutResult, candidate_key
+from dspy_pxn.targets.program.rollout import RolloutResult, candidate_key
 
 # One rollout task: (candidate, example, capture the trace, the evaluation it belongs to).
 Task = tuple[dict[str, str], Any, bool, int]
@@ -47,7 +47,7 @@ class PooledAdapter(StepListener):
     propose_new_texts = None  # gepa calls an adapter's proposer one task at a time: PooledReflection owns it
 
     rollouts: Callable[[Task], RolloutResult]  # picklable: a remote pool ships it once per run
-    # The reply formats a sibling merge is asked in, in turn (dspy_pxn.merge.MERGE_FORMATS): the one this adapter's
+    # The reply formats a sibling merge is asked in, in turn (dspy_pxn.proposer.sibling_merge.MERGE_FORMATS): the one this adapter's
     # reflections use first, then the other.
     MERGE_FORMATS: tuple[str, ...] = ("dspy", "plain")
 
@@ -62,7 +62,7 @@ class PooledAdapter(StepListener):
         self._step_phase: Phase = "validation"  # gepa's step loop: the seed's validation comes first
         self._replays: dict[tuple[str, tuple[int, ...]], EvaluationBatch] = {}
         self._lock = threading.Lock()
-        # Strategy state saved with gepa's own state file (dspy_pxn.resume); None: nothing to save.
+        # Strategy state saved with gepa's own state file (dspy_pxn.engine.resume); None: nothing to save.
         self.checkpoint: Checkpoint | None = None
         # The run's first evaluation (the seed on the valset) shows whether the program and metric work at all.
         self._first_evaluation_checked = False
@@ -105,7 +105,7 @@ class PooledAdapter(StepListener):
 
     def for_reflection(self, evaluation: EvaluationBatch) -> EvaluationBatch:
         """The parent's screening as reflection reads it: its ``reflection_examples`` lowest-scoring rows, where the
-        minibatch is larger (``dspy_pxn.width.screening_minibatch``); the whole evaluation otherwise."""
+        minibatch is larger (``dspy_pxn.engine.width.screening_minibatch``); the whole evaluation otherwise."""
         keep = reflection_rows(evaluation.scores, getattr(self, "reflection_examples", None))
         if keep is None or evaluation.trajectories is None:
             return evaluation

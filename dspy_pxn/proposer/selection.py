@@ -2,7 +2,7 @@
 
 Users say ``"all"`` (every improving child, the paper's AllImprovements), ``"best"``
 (the single best), an int *k* (top-k), ``"merge"`` (the improving children merged into one
-candidate, ``dspy_pxn.merge``), ``"merge+best"`` (that merge and the best child), or hand
+candidate, ``dspy_pxn.proposer.sibling_merge``), ``"merge+best"`` (that merge and the best child), or hand
 over a gepa ``SelectionStrategy``. The
 optimizer, the run's description (tracking params, resume settings), the runtime model
 and the command line all parse and name a selection here, so "top-2" means one thing.
@@ -54,7 +54,7 @@ def strategy(selection: str | int | SelectionStrategy) -> SelectionStrategy:
         return selection  # type: ignore[return-value]
     chosen = spec(selection)
     if chosen in MERGES:
-        raise ValueError(f"selection={chosen!r} is built by the optimizer with its reflection LM (dspy_pxn.merge).")
+        raise ValueError(f"selection={chosen!r} is built by the optimizer with its reflection LM (dspy_pxn.proposer.sibling_merge).")
     if chosen == "all":
         return AllImprovements()
     if chosen == "best":

@@ -21,10 +21,10 @@ import dspy
 from dspy.teleprompt.gepa import instruction_proposal
 from gepa.proposer.reflective_mutation.reflection_lm import ReflectionJob, ReflectionProposal
 
-from dspy_pxn.events import StepEvents
+from dspy_pxn.engine.events import StepEvents
+from dspy_pxn.engine.pooled_adapter import PooledAdapter
 from dspy_pxn.ledger import feed
 from dspy_pxn.ledger.ledger import REFLECTING
-from dspy_pxn.pooled_adapter import PooledAdapter
 from dspy_pxn.pools import WorkerPool
 
 logger = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ def _builtin(proposer: Any) -> bool:
     return proposer is None or (own is not None and isinstance(proposer, own))
 
 # ReflectionProposal.metadata[FEEDBACK_KEY][component]: the feedback a rewrite was made from. gepa copies
-# a reflection's metadata into its proposal, so a sibling merge (dspy_pxn.merge) can show it; and
+# a reflection's metadata into its proposal, so a sibling merge (dspy_pxn.proposer.sibling_merge) can show it; and
 # [DATASET_KEY]: the reflective dataset itself, from which a user's own proposer writes a merge.
 FEEDBACK_KEY = "feedback"
 DATASET_KEY = "reflective_dataset"
@@ -138,7 +138,7 @@ class PooledReflection:
         self.events = events or StepEvents()
         self._warned_zero_temperature = False
         self._call = reflection_call(adapter)
-        # A user's own instruction proposer writes every instruction, the sibling merge's too (dspy_pxn.merge).
+        # A user's own instruction proposer writes every instruction, the sibling merge's too (dspy_pxn.proposer.sibling_merge).
         self.custom_instructions = not _builtin(getattr(adapter, "custom_instruction_proposer", None))
         builtin = not self.custom_instructions and getattr(adapter, "custom_code_proposer", None) is None
         self.remote = builtin and getattr(pool, "remote", False)

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 from dspy.teleprompt.gepa.gepa import DspyGEPAResult
 
+from dspy_pxn.engine.records import StepRecord
 from dspy_pxn.ledger.ledger import LMCallCounts, UsageTotals
-from dspy_pxn.records import StepRecord
 
 
 @dataclass(frozen=True)

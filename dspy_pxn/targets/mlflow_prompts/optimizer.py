@@ -4,7 +4,7 @@
                                   optimizer=BatchedGepaPromptOptimizer(reflection_model="openai:/gpt-5-mini",
                                                                        max_metric_calls=300))
 
-It runs the engine ``BatchedGEPA`` runs (``dspy_pxn.run``: the budget guard, the pool, P×N proposals,
+It runs the engine ``BatchedGEPA`` runs (``dspy_pxn.engine.run``: the budget guard, the pool, P×N proposals,
 the asynchronous schedule, the sibling merge and gepa's crossover), with MLflow prompt templates as its
 target (``target.PromptTarget``). MLflow's ``eval_fn`` is not thread-safe, so rows are evaluated by
 ``ConcurrentEvaluation`` (the same predict_fn and scorers; each row sees its own candidate); when its
@@ -23,15 +23,15 @@ from typing import Any, Literal
 import dspy
 
 from dspy_pxn import checks
+from dspy_pxn.engine.run import Run
+from dspy_pxn.engine.width import PROMPT_VALIDATION_WINDOWS, auto_parents, screening_minibatch
 from dspy_pxn.ledger.budget import RunShape
-from dspy_pxn.run import Run
 from dspy_pxn.schedules import SCHEDULES
 from dspy_pxn.settings import Settings
+from dspy_pxn.targets.mlflow_prompts.evaluation import ConcurrentEvaluation, EvalFn, self_test, serial_fallback_warning
+from dspy_pxn.targets.mlflow_prompts.run_log import PromptRunLog
+from dspy_pxn.targets.mlflow_prompts.target import PromptTarget
 from dspy_pxn.teleprompter import DEFAULTS
-from dspy_pxn.tracking.mlflow_prompts.evaluation import ConcurrentEvaluation, EvalFn, self_test, serial_fallback_warning
-from dspy_pxn.tracking.mlflow_prompts.run_log import PromptRunLog
-from dspy_pxn.tracking.mlflow_prompts.target import PromptTarget
-from dspy_pxn.width import PROMPT_VALIDATION_WINDOWS, auto_parents, screening_minibatch
 
 logger = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from dspy_pxn.description import RunDescription
-from dspy_pxn.records import StepRecord
+from dspy_pxn.engine.description import RunDescription
+from dspy_pxn.engine.records import StepRecord
 from dspy_pxn.ledger.ledger import RunLedger
 
 logger = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ def chosen_tracker(given: Any, use_mlflow: bool) -> Tracker | Literal[False] | N
     even an enclosing sweep's), or None (the enclosing sweep's, if any). Checked when BatchedGEPA is built."""
     if given is not None and given is not False and not isinstance(given, Tracker):
         raise TypeError(f"tracker={given!r} has no start(description, log_dir=..., usage=...): pass a "
-                        "dspy_pxn.tracker.Tracker such as dspy_pxn.tracking.MlflowTracker(), or tracker=False.")
+                        "dspy_pxn.engine.tracker.Tracker such as dspy_pxn.tracking.MlflowTracker(), or tracker=False.")
     if use_mlflow and given is not None:
         raise ValueError(f"use_mlflow=True and tracker={given!r} say two things: pass use_mlflow=True for MLflow with "
                          "its defaults, or tracker=dspy_pxn.tracking.MlflowTracker(...) to choose where.")

@@ -1,4 +1,4 @@
-"""A DSPy program as what a run optimizes: ``BatchedGEPA.compile``'s target (``dspy_pxn.target``).
+"""A DSPy program as what a run optimizes: ``BatchedGEPA.compile``'s target (``dspy_pxn.engine.target``).
 
 Everything of a compile that knows it is a DSPy program lives here: the seed candidate read from
 the program's predictors, the checks of its examples, the ``BatchedAdapter`` its rollouts run
@@ -19,21 +19,22 @@ import dspy
 from dspy.primitives import Example, Module
 from dspy.teleprompt.gepa.gepa import DspyGEPAResult
 
-from dspy_pxn import checks, components, metrics
-from dspy_pxn.adapter import BatchedAdapter
-from dspy_pxn.events import StepEvents
-from dspy_pxn.holdout import holdout_score
+from dspy_pxn import checks
+from dspy_pxn.engine.events import StepEvents
+from dspy_pxn.engine.result import BatchedGEPAResult
+from dspy_pxn.engine.target import TargetShape
+from dspy_pxn.engine.tracker import around_compile, quietly
 from dspy_pxn.ledger import feed
 from dspy_pxn.ledger.ledger import warn_if_answered_from_cache
 from dspy_pxn.pools import WorkerPool
-from dspy_pxn.result import BatchedGEPAResult
-from dspy_pxn.target import TargetShape
-from dspy_pxn.tracker import around_compile, quietly
+from dspy_pxn.targets.program import components, metrics
+from dspy_pxn.targets.program.adapter import BatchedAdapter
+from dspy_pxn.targets.program.holdout import holdout_score
 
 if TYPE_CHECKING:  # types only: the run imports targets, never the other way round
     from gepa.core.result import GEPAResult
 
-    from dspy_pxn.run import Live, Run
+    from dspy_pxn.engine.run import Live, Run
     from dspy_pxn.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ class ProgramTarget:
     """A DSPy program and the metric it is scored with."""
 
     student: Module
-    metric: Callable[..., Any]  # the run's GEPA feedback metric (dspy_pxn.metrics.resolve)
+    metric: Callable[..., Any]  # the run's GEPA feedback metric (dspy_pxn.targets.program.metrics.resolve)
     seed_candidate: dict[str, str]
     code_components: tuple[str, ...]
 

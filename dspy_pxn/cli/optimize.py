@@ -15,9 +15,9 @@ from typing import Any, TextIO
 from dspy_pxn.cli.errors import UsageError
 from dspy_pxn.cli.output import ProgressPrinter, RunOutcome, duration, score, summary
 from dspy_pxn.cli.tasks import Task, check_shape, load_task
+from dspy_pxn.engine.width import REFLECTION_EXAMPLES
 from dspy_pxn.planning import parse_shapes
-from dspy_pxn.selection import parse as parse_selection
-from dspy_pxn.width import REFLECTION_EXAMPLES
+from dspy_pxn.proposer.selection import parse as parse_selection
 
 SIM_REFLECTION_FACTOR = 4.0  # a reflection call takes this many task calls' time, as in the paper's regime
 DEFAULT_TIMEOUT_S = 600.0  # per LM call: a slow local reflector needs minutes; a hung request must not hold a worker forever
@@ -49,8 +49,8 @@ def make_optimizer(args: argparse.Namespace, task: Task, reflection_lm: Any, p: 
 
 def seed_test_score(task: Task, workers: int) -> float | None:
     """The unoptimized program on the same held-out set, so the summary compares like with like."""
-    from dspy_pxn.holdout import holdout_score
     from dspy_pxn.pools import ThreadWorkerPool
+    from dspy_pxn.targets.program.holdout import holdout_score
 
     if not task.test:
         return None
@@ -170,7 +170,7 @@ def _prepare(args: argparse.Namespace, resources: contextlib.ExitStack) -> tuple
         for spec in (args.lm, args.reflection_lm):
             parse_spec(spec)  # a typo in a model name fails before data or models load
     task = load_task(args)
-    from dspy_pxn.strategies import BudgetGuard
+    from dspy_pxn.ledger.budget import BudgetGuard
 
     minibatch = args.minibatch_size or REFLECTION_EXAMPLES  # the smallest the library screens on
     smallest = BudgetGuard(args.budget or 1, len(task.val), minibatch).smallest_budget()

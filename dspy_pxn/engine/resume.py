@@ -18,11 +18,9 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from gepa.core.state import GEPAState
-
-from dspy_pxn.strategies import SequentialMinibatchSampler
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +80,15 @@ def saved_dollars(saved: GEPAState | None) -> tuple[float, float]:
 Checkpoint = tuple[Callable[[], dict[str, Any]], Callable[[dict[str, Any]], None]]  # (snapshot, restore)
 
 
-def checkpoint(settings: dict[str, Any], sampler: SequentialMinibatchSampler,
+class Positioned(Protocol):
+    """What a checkpoint saves of a sampler (``schedules.sampling.SequentialMinibatchSampler``) and restores."""
+
+    def position(self) -> dict[str, Any]: ...
+
+    def restore(self, saved: dict[str, Any]) -> None: ...
+
+
+def checkpoint(settings: dict[str, Any], sampler: Positioned,
                dollars_spent: Callable[[], tuple[float, float]]) -> Checkpoint:
     """What the adapter saves with gepa's state, and how a resumed run restores it: the settings a resume must
     match, the sampler's position and the generator parents, minibatches and crossovers draw from (the

@@ -1,7 +1,7 @@
 """MLflow GenAI prompt optimization (``mlflow.genai.optimize_prompts``) support: a candidate evaluation
 that many threads can run at once, in place of MLflow's eval_fn which patches ``PromptVersion`` per call."""
 
-from dspy_pxn.tracking.mlflow_prompts.evaluation import (
+from dspy_pxn.targets.mlflow_prompts.evaluation import (
     ConcurrentEvaluation,
     MlflowInternalsChanged,
     mlflow_internals,

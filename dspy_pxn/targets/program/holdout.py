@@ -16,9 +16,9 @@ import dspy
 from dspy.primitives import Example
 
 from dspy_pxn.checks import score_of
-from dspy_pxn.components import code_components
 from dspy_pxn.pools import WorkerPool
-from dspy_pxn.rollout import run_rollout
+from dspy_pxn.targets.program.components import code_components
+from dspy_pxn.targets.program.rollout import run_rollout
 
 
 def holdout_score(

@@ -7,7 +7,7 @@
         program = target.result(run, gepa_result, live,       the best program, its held-out score and details
                                 run.ended(gepa_result, live))
 
-The target is what is optimized (``dspy_pxn.target``): a DSPy program (``ProgramTarget``) or MLflow's
+The target is what is optimized (``dspy_pxn.engine.target``): a DSPy program (``ProgramTarget``) or MLflow's
 prompt templates; the engine between ``prepare`` and ``result`` sees only gepa candidates and an adapter.
 """
 
@@ -26,10 +26,15 @@ from dspy.teleprompt.gepa.gepa import AUTO_RUN_SETTINGS
 from gepa.core.result import GEPAResult
 from gepa.core.state import GEPAState
 
-from dspy_pxn import checks, resume
-from dspy_pxn import selection as selections
-from dspy_pxn.description import RunDescription, digest, lm_name, resume_settings
-from dspy_pxn.events import StepEvents
+from dspy_pxn import checks
+from dspy_pxn.engine import resume
+from dspy_pxn.engine.description import RunDescription, digest, lm_name, resume_settings
+from dspy_pxn.engine.events import StepEvents
+from dspy_pxn.engine.pooled_adapter import PooledAdapter
+from dspy_pxn.engine.records import StepLog, StepRecorder
+from dspy_pxn.engine.target import Target
+from dspy_pxn.engine.tracker import TrackedRun, effective_tracker, quietly, start_tracked_run
+from dspy_pxn.engine.width import AUTO, REFLECTION_EXAMPLES, auto_parents, screening_minibatch
 from dspy_pxn.ledger import caps as caps_gate
 from dspy_pxn.ledger import feed, limiter
 from dspy_pxn.ledger.budget import BudgetGuard, RunShape
@@ -37,13 +42,9 @@ from dspy_pxn.ledger.caps import RunCaps
 from dspy_pxn.ledger.ledger import RunLedger
 from dspy_pxn.ledger.pace import RunPace
 from dspy_pxn.ledger.prices import Price, use_bundled_price_maps
-from dspy_pxn.pooled_adapter import PooledAdapter
 from dspy_pxn.pools import ThreadWorkerPool, WorkerPool
-from dspy_pxn.records import StepLog, StepRecorder
+from dspy_pxn.proposer import selection as selections
 from dspy_pxn.settings import Settings
-from dspy_pxn.target import Target
-from dspy_pxn.tracker import TrackedRun, effective_tracker, quietly, start_tracked_run
-from dspy_pxn.width import AUTO, REFLECTION_EXAMPLES, auto_parents, screening_minibatch
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ class Run:
     everywhere, so no part of the search recomputes it."""
 
     settings: Settings  # the optimizer's arguments, as given and checked
-    target: Target  # what is optimized: a DSPy program (dspy_pxn.program_target), or MLflow prompts
+    target: Target  # what is optimized: a DSPy program (dspy_pxn.targets.program.target), or MLflow prompts
     trainset: list[Any]
     valset: list[Any]
     testset: list[Any] | None  # scored once after the search (``holdout``), never seen by it
