@@ -231,6 +231,18 @@ def test_by_default_one_pipeline_runs_per_row_in_flight(store: str, budget: int,
     assert ours.last_run["p"] * ours.last_run["n"] == width
 
 
+@pytest.mark.parametrize(("gepa_kwargs", "minibatch"), [({}, 3), ({"reflection_minibatch_size": 5}, 5)])
+def test_proposals_are_screened_on_gepa_optimizes_minibatch_unless_given(store: str, gepa_kwargs: dict[str, Any],
+                                                                         minibatch: int) -> None:
+    """gepa.optimize's 3 rows, as MLflow's optimizer screens, not BatchedGEPA's quarter of |val| (which at MLflow's
+    budgets leaves too few validations): here 24 rows, where a quarter would be 6."""
+    task = Task(f"minibatch-{minibatch}", rows=24)
+    ours = optimizer(200, num_threads=6, gepa_kwargs=gepa_kwargs)
+    task.optimize(ours)
+    assert ours.last_run["minibatch"] == minibatch
+    assert ours.last_run["p"] > 1  # proposals side by side, where BatchedGEPA's default would screen on 6
+
+
 def test_bad_arguments_name_themselves() -> None:
     with pytest.raises(checks.ArgumentError, match="reflection_model"):
         BatchedGepaPromptOptimizer(reflection_model="gpt-5-mini")

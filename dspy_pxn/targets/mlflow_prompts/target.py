@@ -105,7 +105,7 @@ class PromptTarget:
         self.details = {"metric_calls": gepa_result.total_metric_calls, "budget": run.shape.budget,
                         "candidates": len(gepa_result.candidates), "steps": len(live.recorder.steps),
                         "wall_s": live.pace.elapsed(), "stopped_by": stopped_by, "p": run.p, "n": run.n,
-                        "schedule": run.schedule, "num_workers": live.pool.num_workers,
+                        "minibatch": run.minibatch_size, "schedule": run.schedule, "num_workers": live.pool.num_workers,
                         "best_idx": best, "val_aggregate_scores": scores}
         return PromptOptimizerOutput(
             optimized_prompts=dict(gepa_result.best_candidate),
