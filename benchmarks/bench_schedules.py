@@ -65,9 +65,11 @@ from dspy_pxn.testing.bill import PRICE_PAIR, dollars, from_server
 CLASS_SWAP = {"BatchedGEPA": "async auto merge"}
 # The class swap, and with one setting a user may add: ``reflection_minibatch_size=3`` screens on dspy.GEPA's 3
 # (more proposals, so more reflection calls, at the same metric calls); "$": ``max_cost_usd`` set to what dspy.GEPA
-# spent on the same call (``--equal-dollars-from``), the dollars binding rather than the metric calls.
+# spent on the same call (``--equal-dollars-from``), the dollars binding rather than the metric calls; "pK": ``p=K``,
+# fewer proposals in flight than ``p="auto"`` chooses (where each improvement builds on the last).
 CLASS_SWAPS: dict[str, dict] = {
     "BatchedGEPA": {}, "BatchedGEPA m3": {"reflection_minibatch_size": 3},
+    "BatchedGEPA p2": {"p": 2}, "BatchedGEPA p3": {"p": 3}, "BatchedGEPA p3 m3": {"p": 3, "reflection_minibatch_size": 3},
     "BatchedGEPA $": {"equal_dollars": True}, "BatchedGEPA m3 $": {"reflection_minibatch_size": 3, "equal_dollars": True},
 }
 # An equal-dollar run's metric-call budget, in multiples of --budget: high enough that the dollars bind.
@@ -78,8 +80,10 @@ def as_schedule(config: str) -> str:
     """A class swap's config as the schedule words it runs ("async auto merge", with its "mK" dial)."""
     if config not in CLASS_SWAPS:
         return config
-    minibatch = CLASS_SWAPS[config].get("reflection_minibatch_size")
-    return CLASS_SWAP["BatchedGEPA"] + (f" m{minibatch}" if minibatch else "")
+    settings = CLASS_SWAPS[config]
+    minibatch, p = settings.get("reflection_minibatch_size"), settings.get("p")
+    schedule = CLASS_SWAP["BatchedGEPA"] if p is None else f"async {p}x1 merge"
+    return schedule + (f" m{minibatch}" if minibatch else "")
 
 # p99/p50 of each latency model's call times (dspy_pxn.testing.latency); the planner has no straggler model.
 P99_RATIOS = {"fixed": 1.0, "lognormal": 4.0}
