@@ -31,8 +31,23 @@ logger = logging.getLogger(__name__)
 STEP_LOG_NAME = "steps.jsonl"
 
 
+@dataclass(kw_only=True)
+class BillByRole:
+    """The bill split by who made the calls: the task LM (the program and its metric) and the reflection LM
+    (reflections and sibling merges), as each provider counts it. A step's and a run's records both carry it."""
+
+    task_lm_calls: int = 0
+    task_prompt_tokens: int = 0
+    task_completion_tokens: int = 0
+    task_cost_usd: float | None = None
+    reflection_lm_calls: int = 0
+    reflection_prompt_tokens: int = 0
+    reflection_completion_tokens: int = 0
+    reflection_cost_usd: float | None = None
+
+
 @dataclass
-class StepRecord:
+class StepRecord(BillByRole):
     """One step of a run (with ``schedule="async"``, one validation window). Seconds and validation averages.
 
     Attributes:
@@ -113,14 +128,6 @@ class StepRecord:
     wall_s_left: float | None = None
     time_left_s: float | None = None
     time_left_budget: str | None = None
-    task_lm_calls: int = 0
-    task_prompt_tokens: int = 0
-    task_completion_tokens: int = 0
-    task_cost_usd: float | None = None
-    reflection_lm_calls: int = 0
-    reflection_prompt_tokens: int = 0
-    reflection_completion_tokens: int = 0
-    reflection_cost_usd: float | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from dspy_pxn.engine.records import BillByRole
+
 MANIFEST_NAME = "run.json"
 PROGRAM_NAME = "program.json"
 PROPOSALS_TABLE = "proposals.csv"
@@ -38,12 +40,13 @@ class Baseline:
 
 # The step records' counts whose run totals are logged beside the step series (the run overview shows a series'
 # last step, which reads like a total: ``search/proposals 1``); the failures only when something failed.
+BILL_BY_ROLE = frozenset(f.name for f in fields(BillByRole))
 COUNTED = ("proposals", "improved", "accepted", "rollouts")
 FAILURES = ("reflection_failures", "rollout_failures", "lm_retries", "lm_failures")
 
 
 @dataclass
-class FinalMetrics:
+class FinalMetrics(BillByRole):
     """The run's totals. ``wall_s`` and ``cost_usd`` cover the search, not the test evaluation; the counts of
     ``COUNTED`` and ``FAILURES`` are the step records' sums (None, 0: a manifest written before they were kept)."""
 
@@ -58,15 +61,6 @@ class FinalMetrics:
     completion_tokens: int = 0
     cost_usd: float | None = None
     test_score: float | None = None
-    # The bill by who made the calls (``UsageTotals.task`` / ``.reflection``).
-    task_lm_calls: int = 0
-    task_prompt_tokens: int = 0
-    task_completion_tokens: int = 0
-    task_cost_usd: float | None = None
-    reflection_lm_calls: int = 0
-    reflection_prompt_tokens: int = 0
-    reflection_completion_tokens: int = 0
-    reflection_cost_usd: float | None = None
     proposals: int | None = None
     improved: int | None = None
     accepted: int | None = None
@@ -171,7 +165,8 @@ def write_table(path: str, rows: Sequence[Any]) -> None:
     """Dataclass rows to CSV; list and dict cells as JSON so the file stays one row per record."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     records = [asdict(row) for row in rows]
-    columns = [f.name for f in fields(rows[0])] if rows else []
+    # A record's own fields first, then the bill by role it inherits (dataclasses list a base's fields first).
+    columns = sorted((f.name for f in fields(rows[0])), key=lambda name: name in BILL_BY_ROLE) if rows else []
     with open(path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns)
         writer.writeheader()
