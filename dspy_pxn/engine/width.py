@@ -7,10 +7,14 @@ floor), so the width follows the pool.
 
 Wider is not free: at a fixed budget B, every validation window spends about P·N·2m calls on
 screening and |val| on validating the merged improvers, so a wider run has fewer windows, and
-each window is at most one generation. Measured (``docs/benchmarks.md``, "Filling a wide pool"),
-the async merge default kept dspy.GEPA 1×1's held-out where a run had about five windows or more:
-4×4 at W = 16, B = 600, |val| = 30 (4.8 windows) and 64 wide at W = 64, B = 3000, |val| = 150
-(5.6). So the width is the pool's, capped where the budget would buy fewer than
+each window is at most one generation. With proposals screened on 3 examples, the async merge kept
+dspy.GEPA 1×1's held-out at about five windows (``docs/benchmark-log.md``, "Filling a wide pool").
+Screened on a quarter of |val| (the default above one proposal at a time), a window costs more and
+five left too few generations: at W = 16, B = 600, |val| = 30 (10 seeds against dspy.GEPA with its
+defaults, ``docs/benchmarks.md``, "Other settings"), 5 in flight scored −0.054 / −0.029 on the
+depth / breadth landscapes and −0.35 where each improvement builds on the last; 3 in flight (seven
+windows) −0.028 / +0.013 and −0.25, at 3.2-5.0× dspy.GEPA's speed instead of 3.8-6.4×, with fewer
+reflection calls. So the width is the pool's, capped where the budget would buy fewer than
 ``MIN_VALIDATION_WINDOWS`` windows.
 
 Validations in flight (``starts_validation``): one validation at a time leaves the pool to the
@@ -35,13 +39,13 @@ from dspy_pxn.ledger.budget import RunShape
 AUTO = "auto"
 
 # Windows (≈ generations) the budget must buy at the chosen width; see the module docstring.
-MIN_VALIDATION_WINDOWS = 5
+MIN_VALIDATION_WINDOWS = 7
 
 # The windows BatchedGepaPromptOptimizer's default width leaves (one pipeline per row in flight, within them). Five
-# is narrow at MLflow's budgets: at B = 300, |val| = 30, W = 10 it ran 5 wide and scored 0.06 below MLflow's own
-# GEPA optimizer on depth (10 seeds), where 10 wide (three windows' cap: 11) scored as high (20 seeds per landscape:
-# −0.005, se 0.012, on depth; +0.018, se 0.020, on breadth), higher on held-out on both, and ran sooner
-# (docs/benchmarks.md, "MLflow prompt optimization"). The
+# was narrow at MLflow's budgets (screened on 3): at B = 300, |val| = 30, W = 10 it ran 5 wide and scored 0.06 below MLflow's own
+# GEPA optimizer on depth (10 seeds), where 10 wide (three windows' cap: 11) scored as high (seeds 0-9 run twice,
+# so 10 independent seeds: −0.005 on depth, +0.018 on breadth), higher on held-out on both, and ran sooner
+# (docs/benchmark-log.md, "MLflow prompt optimization, before the bill"). The
 # cap keeps a pool much wider than the budget (W = 64 at B = 300) from spending it all in one window.
 PROMPT_VALIDATION_WINDOWS = 3
 

@@ -68,7 +68,7 @@ class BatchedGepaPromptOptimizer(_base()):  # type: ignore[misc]
             does not see their cost).
         p: Parents per step. Default: one pipeline per row in flight (``num_threads // n``), within what
             leaves the budget ``PROMPT_VALIDATION_WINDOWS`` validation windows. ``"auto"`` is ``BatchedGEPA``'s
-            rule (five windows), which runs narrower at MLflow's budgets.
+            rule (``MIN_VALIDATION_WINDOWS``), which runs narrower at MLflow's budgets.
         n: Mutations per parent.
         num_threads: Rows evaluated at once. Default: MLflow's ``MLFLOW_GENAI_EVAL_MAX_WORKERS`` (its own
             evaluation's width), kept within the SQL store's connections when traces go to one.
