@@ -24,11 +24,34 @@ CELLS = ("depth/fixed", "depth/lognormal", "breadth/fixed", "breadth/lognormal")
 BASELINE = "dspy.GEPA 1x1"
 
 # The class swap: a dspy.GEPA call (all its defaults, crossover on) beside the same call with only the class name
-# changed (BatchedGEPA's defaults: p="auto", 15×1 async with the sibling merge and the crossover at W = 16), 5 seeds.
-CLASS_SWAP = "class_swap.json"
-CLASS_SWAP_BASELINE, CLASS_SWAP_CONFIG = "dspy.GEPA", "BatchedGEPA"
-# The held-out aim the class swap was measured against: no more than this below dspy.GEPA's, in every cell.
+# changed, under the former p="auto" (five validation windows: 5×1 async at W = 16, each proposal screened on 8
+# examples, the sibling merge and the crossover), and with reflection_minibatch_size=3, 10 seeds, each run's bill
+# counted where its calls were answered. Its dspy.GEPA rows are every W = 16 comparison's baseline.
+CLASS_SWAP = "class_swap_bill.json"
+# BatchedGEPA's defaults since p="auto" leaves seven validation windows (3 in flight at W 16, B 600, |val| 30; it was
+# five: 5 in flight, CLASS_SWAP's own BatchedGEPA rows), and the same with reflection_minibatch_size=3; against
+# CLASS_SWAP's dspy.GEPA runs, seed by seed.
+CLASS_SWAP_DEFAULT = "class_swap_default.json"
+CLASS_SWAP_BASELINE, CLASS_SWAP_CONFIG, PAY_MORE = "dspy.GEPA", "BatchedGEPA", "BatchedGEPA m3"
+# Its cells: the two landscapes where improvements are independent, and the chain, where each needs the last.
+SWAP_CELLS = (*("depth/fixed", "depth/lognormal", "breadth/fixed", "breadth/lognormal"), "chain/fixed", "chain/lognormal")
+INDEPENDENT = SWAP_CELLS[:4]
+# The class swap on a wide pool: W = 64, B = 3000, |val| = 150, 5 seeds.
+CLASS_SWAP_W64 = "class_swap_w64_bill.json"
+# The class swap with fewer proposals in flight than p="auto" chooses (fixed call times), beside the default.
+NARROWER = "class_swap_narrower.json"
+# What a user may set instead of the defaults, each against dspy.GEPA on the same seeds (fixed call times): a config
+# of bench_schedules.py, how the page names it, and its results file.
+SETTINGS_TRIED = (
+    (CLASS_SWAP_CONFIG, "the defaults (3 in flight, screened on 8)", CLASS_SWAP_DEFAULT),
+    (PAY_MORE, "`reflection_minibatch_size=3` (9 in flight)", CLASS_SWAP_DEFAULT),
+    ("BatchedGEPA p2", "`p=2`", NARROWER),
+    ("BatchedGEPA p3 m3", "`p=3, reflection_minibatch_size=3`", NARROWER),
+)
+# The held-out aim the class swap was measured against: no more than this below dspy.GEPA's.
 HELD_OUT_AIM = -0.02
+# The MLflow optimizer's aim: a final score no more than this below MLflow's own GEPA optimizer's.
+MLFLOW_FINAL_AIM = -0.03
 
 # The W = 16 comparison: every setting beside dspy.GEPA 1×1 in one run of bench_schedules.py, crossover off
 # (use_merge=False) in every row; BatchedGEPA's P×N given explicitly (p=4, n=4).
@@ -45,10 +68,12 @@ WIDE = {
                        "schedules_wide_w256_1x1_lognormal_seeds1014.json"]},
 }
 CURVES = "curves_w16.json"
-# bench_mlflow_prompts.py untraced, both landscapes, two runs each: MLflow's GepaPromptOptimizer beside
-# BatchedGepaPromptOptimizer.
-MLFLOW_PROMPTS = ("mlflow_prompts_notrace.json", "mlflow_prompts_notrace_breadth.json",
-                  "mlflow_prompts_notrace_earlier.json", "mlflow_prompts_notrace_breadth_earlier.json")
+# MLflow's optimize_prompts, each optimizer at its defaults, 30 rows, B = 300, with each run's bill: by setting.
+MLFLOW_BILL = {"untraced, depth": "mlflow_prompts_bill_depth.json", "untraced, breadth": "mlflow_prompts_bill_breadth.json",
+               "untraced, chain": "mlflow_prompts_bill_chain.json",
+               "traced into a sqlite store, depth": "mlflow_prompts_bill_traced.json"}
+MLFLOW_UNTRACED = tuple(name for setting, name in MLFLOW_BILL.items() if setting.startswith("untraced"))
+MLFLOW_OURS, MLFLOW_THEIRS = "BatchedGepaPromptOptimizer", "mlflow.GepaPromptOptimizer"
 
 
 def load(name: str) -> dict:
@@ -116,9 +141,33 @@ def w16(config: str) -> dict[str, Cell]:
     return {name: cell([W16], config, [W16], name) for name in CELLS}
 
 
-def class_swap() -> dict[str, Cell]:
-    """BatchedGEPA's defaults against dspy.GEPA's, the same call with only the class name changed."""
-    return {name: cell([CLASS_SWAP], CLASS_SWAP_CONFIG, [CLASS_SWAP], name, CLASS_SWAP_BASELINE) for name in CELLS}
+def class_swap(config: str = CLASS_SWAP_CONFIG, files: tuple[str, ...] = (CLASS_SWAP_DEFAULT,)) -> dict[str, Cell]:
+    """BatchedGEPA's defaults (or ``config``) against dspy.GEPA's, the same call with only the class name changed."""
+    present = [name for name in SWAP_CELLS if rows(list(files), config, name)]
+    return {name: cell(list(files), config, [swap_baseline(files)], name, CLASS_SWAP_BASELINE) for name in present}
+
+
+def swap_baseline(files: tuple[str, ...]) -> str:
+    """Where dspy.GEPA's runs for a class-swap results file are: in the W = 64 file for that file, else the W = 16 one
+    (the equal-dollar runs were measured against the W = 16 file's dspy.GEPA runs)."""
+    return CLASS_SWAP_W64 if files[0] == CLASS_SWAP_W64 else CLASS_SWAP
+
+
+def bill_ratio(files: list[str], config: str, name: str, read, baseline_files: list[str] | None = None) -> float:
+    """The mean of ``read(row)`` for ``config`` over dspy.GEPA's, in one cell, over the seeds both ran."""
+    mine, base = rows(files, config, name), rows(baseline_files or files, CLASS_SWAP_BASELINE, name)
+    seeds = sorted(set(mine) & set(base))
+    return statistics.mean(read(mine[s]) for s in seeds) / statistics.mean(read(base[s]) for s in seeds)
+
+
+BILL = {"reflection calls": lambda r: r["bill"]["reflection"]["calls"],
+        "reflection tokens in": lambda r: r["bill"]["reflection"]["prompt"], "dollars": lambda r: r["usd"]}
+
+
+def pooled(cells: dict[str, Cell]) -> tuple[float, float]:
+    """The held-out difference with dspy.GEPA over every seed of ``cells``, paired, and its standard error."""
+    differences = [d for c in cells.values() for d in c.paired]
+    return statistics.mean(differences), statistics.stdev(differences) / math.sqrt(len(differences))
 
 
 def wide(workers: int) -> dict[str, Cell]:
@@ -142,22 +191,32 @@ def signed_span(values: Iterable[float]) -> str:
 
 def most_calls(name: str, config: str) -> int:
     """The most metric calls any seed of ``config`` spent in a results file, over every cell."""
-    return max(r["metric_calls"] for cell_name in CELLS for r in rows([name], config, cell_name).values())
+    return max(r["metric_calls"] for cell_name in SWAP_CELLS for r in rows([name], config, cell_name).values())
 
 
 def headlines() -> dict[str, str]:
     """The figures the README and the site quote, as they quote them."""
-    swap = class_swap()
+    swap, more = class_swap(), class_swap(PAY_MORE)
+    independent = {name: swap[name] for name in INDEPENDENT}
+    chain = {name: c for name, c in swap.items() if name.startswith("chain")}
     four, every = w16("async 4x4 merge"), w16("async 4x4 all")
     best, merge = w16("steps 4x4 best"), w16("steps 4x4 merge")
     w64, w256 = wide(64), wide(256)
-    missed = [name for name, c in swap.items() if c.vs_baseline < HELD_OUT_AIM]
+    missed = [name for name, c in independent.items() if c.vs_baseline < HELD_OUT_AIM]
     figures = {
         "class swap speedup": span(c.speedup for c in swap.values()) + "×",
-        "class swap held-out vs dspy.GEPA": signed_span(c.vs_baseline for c in swap.values()),
+        "class swap held-out vs dspy.GEPA": signed_span(c.vs_baseline for c in independent.values()),
+        "class swap held-out pooled": "{} (se {:.3f})".format(signed(pooled(independent)[0], 3), pooled(independent)[1]),
+        "class swap held-out chain": signed_span(c.vs_baseline for c in chain.values()),
         "class swap cells below the aim": ", ".join(missed) if missed else "none",
         "class swap dspy.GEPA metric calls": f"{most_calls(CLASS_SWAP, CLASS_SWAP_BASELINE)} of 600",
-        "class swap metric calls": f"{most_calls(CLASS_SWAP, CLASS_SWAP_CONFIG)} of 600",
+        "class swap metric calls": f"{most_calls(CLASS_SWAP_DEFAULT, CLASS_SWAP_CONFIG)} of 600",
+        **{f"class swap {what} ×": span((bill_ratio([CLASS_SWAP_DEFAULT], CLASS_SWAP_CONFIG, name, read, [CLASS_SWAP])
+                                         for name in swap), 2) + "×" for what, read in BILL.items()},
+        "pay more held-out pooled": "{} (se {:.3f})".format(signed(pooled({n: more[n] for n in INDEPENDENT})[0], 3),
+                                                             pooled({n: more[n] for n in INDEPENDENT})[1]),
+        **{f"pay more {what} ×": span((bill_ratio([CLASS_SWAP_DEFAULT], PAY_MORE, name, read, [CLASS_SWAP])
+                                       for name in more), 2) + "×" for what, read in BILL.items()},
         "w16 4x4 speedup": span(c.speedup for c in four.values()) + "×",
         "w16 4x4 held-out vs dspy.GEPA": signed_span(c.vs_baseline for c in four.values()),
         "w16 all speedup": span(c.speedup for c in every.values()) + "×",
@@ -185,22 +244,34 @@ def headlines() -> dict[str, str]:
     figures["w16 4x4 metric calls"] = f"{most_calls(W16, 'async 4x4 merge')} of 600"
     floor = floor_s([W16])
     figures["w16 dspy.GEPA x floor"] = span(statistics.mean(c.baseline_walls) / floor for c in four.values()) + "×"
-    figures["mlflow prompts speedup"] = span(mlflow_prompts_speedup(name) for name in MLFLOW_PROMPTS) + "×"
-    mlflow_calls = [r["predict_calls"] for name in MLFLOW_PROMPTS for r in load(name)["rows"]
-                    if r["config"] == "mlflow.GepaPromptOptimizer"]
-    figures["mlflow prompts MLflow's metric calls"] = f"{min(mlflow_calls)}-{max(mlflow_calls)}"
+    if (RESULTS / CLASS_SWAP_W64).exists():
+        wide_swap = class_swap(files=(CLASS_SWAP_W64,))
+        wide_independent = {name: c for name, c in wide_swap.items() if name in INDEPENDENT}
+        figures["class swap w64 speedup"] = span(c.speedup for c in wide_swap.values()) + "×"
+        figures["class swap w64 held-out vs dspy.GEPA"] = signed_span(c.vs_baseline for c in wide_independent.values())
+        figures["class swap w64 held-out pooled"] = "{} (se {:.3f})".format(signed(pooled(wide_independent)[0], 3),
+                                                                         pooled(wide_independent)[1])
+        for what, read in BILL.items():
+            figures[f"class swap w64 {what} ×"] = span((bill_ratio([CLASS_SWAP_W64], CLASS_SWAP_CONFIG, name, read)
+                                                        for name in wide_swap), 2) + "×"
+    if all((RESULTS / name).exists() for name in MLFLOW_BILL.values()):
+        untraced = [mlflow_compared(name) for name in MLFLOW_UNTRACED]
+        figures["mlflow prompts speedup"] = span(c["speedup"] for c in untraced) + "×"
+        figures["mlflow prompts traced speedup"] = f"{mlflow_compared(MLFLOW_BILL['traced into a sqlite store, depth'])['speedup']:.1f}×"
+        figures["mlflow prompts final vs MLflow's"] = signed_span(c["final"][0] for c in untraced)
+        figures["mlflow prompts dollars ×"] = span((c["usd"] for c in untraced), 2) + "×"
+        figures["mlflow prompts reflection calls ×"] = span((c["reflection_calls"] for c in untraced), 2) + "×"
+        figures["mlflow prompts final vs MLflow's, improvements independent"] = signed_span(
+            c["final"][0] for name, c in zip(MLFLOW_UNTRACED, untraced) if "chain" not in name)
+        figures["mlflow prompts final vs MLflow's, chain"] = signed(
+            mlflow_compared(MLFLOW_BILL["untraced, chain"])["final"][0], 3)
+        mlflow_calls = [r["predict_calls"] for name in MLFLOW_UNTRACED for r in load(name)["rows"]
+                        if r["config"] == MLFLOW_THEIRS]
+        figures["mlflow prompts MLflow's metric calls"] = f"{min(mlflow_calls)}-{max(mlflow_calls)}"
     for name in CELLS:
         figures[f"w16 held-out {name}"] = f"{four[name].test:.3f} ± {four[name].test_sd:.3f}"
         figures[f"w16 dspy.GEPA held-out {name}"] = f"{statistics.mean(four[name].baseline_tests):.3f}"
     return figures
-
-
-def mlflow_prompts_speedup(name: str) -> float:
-    """MLflow's GepaPromptOptimizer's mean wall over BatchedGepaPromptOptimizer's, in one bench_mlflow_prompts run."""
-    rows = load(name)["rows"]
-    walls = {config: statistics.mean(r["wall_s"] for r in rows if r["config"] == config)
-             for config in ("mlflow.GepaPromptOptimizer", "BatchedGepaPromptOptimizer")}
-    return walls["mlflow.GepaPromptOptimizer"] / walls["BatchedGepaPromptOptimizer"]
 
 
 def floor_s(files: list[str]) -> float:
@@ -219,20 +290,74 @@ W16_TABLE = (  # bench_schedules.py config, what the page calls it
 )
 
 
-def table_class_swap() -> str:
-    """The class swap as the Benchmarks page prints it: dspy.GEPA's call, and the same with only the class changed."""
-    lines = [("| landscape / call times | dspy.GEPA: wall | BatchedGEPA: wall | × sooner | held-out: dspy.GEPA "
-              "| BatchedGEPA | difference (per seed) | metric calls of 600: dspy.GEPA / BatchedGEPA |"),
-             "|---|---|---|---|---|---|---|---|"]
-    for name, c in class_swap().items():
-        spent = [max(r["metric_calls"] for r in rows([CLASS_SWAP], config, name).values())
-                 for config in (CLASS_SWAP_BASELINE, CLASS_SWAP_CONFIG)]
-        difference = f"{signed(c.vs_baseline, 3)} ({' '.join(signed(d) for d in c.paired)})"
+def table_class_swap(config: str = CLASS_SWAP_CONFIG, files: tuple[str, ...] = (CLASS_SWAP_DEFAULT,)) -> str:
+    """The class swap as the Benchmarks page prints it: dspy.GEPA's call beside the same call with only the class
+    changed (or ``config``): wall-clock, held-out (mean ± sd, the paired difference and its standard error) and the
+    bill (reflection calls, reflection tokens in, dollars at the stated price pair) as ratios to dspy.GEPA's."""
+    lines = [("| landscape / call times | wall: dspy.GEPA → BatchedGEPA | × sooner | held-out: dspy.GEPA → BatchedGEPA "
+              "| difference (se) | reflection calls | reflection tokens in | $ |"), "|---|---|---|---|---|---|---|---|"]
+    for name, c in class_swap(config, files).items():
+        se = c.paired_sd / math.sqrt(len(c.paired))
+        difference = f"{signed(c.vs_baseline, 3)} ({se:.3f})"
         if c.vs_baseline < HELD_OUT_AIM:
             difference = f"**{difference}**"
-        lines.append(f"| {name.replace('/', ' / ')} | {statistics.mean(c.baseline_walls):.1f} s | {c.wall:.1f} s "
-                     f"| {c.speedup:.2f}× | {statistics.mean(c.baseline_tests):.3f} ± {statistics.stdev(c.baseline_tests):.3f} "
-                     f"| {c.test:.3f} ± {c.test_sd:.3f} | {difference} | {spent[0]} / {spent[1]} |")
+        base = swap_baseline(files)
+        bill = [bill_ratio(list(files), config, name, read, [base]) for read in BILL.values()]
+        calls = [statistics.mean(BILL["reflection calls"](r) for r in rows([f], k, name).values())
+                 for f, k in ((base, CLASS_SWAP_BASELINE), (files[0], config))]
+        lines.append(f"| {name.replace('/', ' / ')} | {statistics.mean(c.baseline_walls):.1f} → {c.wall:.1f} s "
+                     f"| {c.speedup:.2f}× | {statistics.mean(c.baseline_tests):.3f} → {c.test:.3f} | {difference} "
+                     f"| {calls[0]:.1f} → {calls[1]:.1f} ({bill[0]:.2f}×) | {bill[1]:.2f}× | {bill[2]:.2f}× |")
+    return "\n".join(lines)
+
+
+def table_settings() -> str:
+    """Each setting a user may choose against dspy.GEPA, per landscape (fixed call times): speed, held-out, the bill."""
+    lines = ["| landscape | setting | × sooner | held-out − dspy.GEPA's (se) | reflection calls × | $ × |",
+             "|---|---|---|---|---|---|"]
+    for landscape in ("depth", "breadth", "chain"):
+        name = f"{landscape}/fixed"
+        for config, label, source in SETTINGS_TRIED:
+            if not (RESULTS / source).exists() or not rows([source], config, name):
+                continue
+            c = cell([source], config, [CLASS_SWAP], name, CLASS_SWAP_BASELINE)
+            se = c.paired_sd / math.sqrt(len(c.paired))
+            calls, usd = (bill_ratio([source], config, name, BILL[k], [CLASS_SWAP]) for k in ("reflection calls", "dollars"))
+            held = f"{signed(c.vs_baseline, 3)} ({se:.3f})"
+            lines.append(f"| {landscape} | {label} | {c.speedup:.2f}× | {f'**{held}**' if c.vs_baseline < HELD_OUT_AIM else held} "
+                         f"| {calls:.2f}× | {usd:.2f}× |")
+    return "\n".join(lines)
+
+
+def mlflow_compared(name: str) -> dict:
+    """BatchedGepaPromptOptimizer against MLflow's optimizer in one bench_mlflow_prompts run, paired by seed."""
+    return next(c for c in load(name)["compared"] if c["config"] == MLFLOW_OURS)
+
+
+def table_mlflow() -> str:
+    """Each MLflow setting, and each setting of ours measured beside it: speed, final and held-out scores paired by
+    seed, the bill, and predict_fn calls."""
+    lines = ["| setting | seeds | × sooner (per seed) | final: MLflow's → ours (− MLflow's, se) "
+             "| held-out − MLflow's (se) | reflection calls: MLflow's → ours | $ × | predict_fn calls of 300: MLflow's / ours |",
+             "|---|---|---|---|---|---|---|---|"]
+    for setting, name in MLFLOW_BILL.items():
+        results = load(name)
+        for c in results["compared"]:
+            ours = c["config"]
+            of = {config: [r for r in results["rows"] if r["config"] == config] for config in (MLFLOW_THEIRS, ours)}
+            finals = [statistics.mean(r["final_score"] for r in of[k]) for k in (MLFLOW_THEIRS, ours)]
+            reflections = [statistics.mean(r["bill"]["reflection"]["calls"] for r in of[k]) for k in (MLFLOW_THEIRS, ours)]
+            calls = [f"{min(r['predict_calls'] for r in of[k])}-{max(r['predict_calls'] for r in of[k])}"
+                     for k in (MLFLOW_THEIRS, ours)]
+            final, held = c["final"], c["held_out"]
+            difference = f"{signed(final[0], 3)}, {final[1]:.3f}"
+            if final[0] < MLFLOW_FINAL_AIM:
+                difference = f"**{difference}**"
+            low, high = min(c["speedup_per_seed"]), max(c["speedup_per_seed"])
+            label = setting if ours == MLFLOW_OURS else f"{setting}, `{ours.removeprefix(MLFLOW_OURS)}`"
+            lines.append(f"| {label} | {c['seeds']} | {c['speedup']:.2f}× ({low:.2f}-{high:.2f}) "
+                         f"| {finals[0]:.3f} → {finals[1]:.3f} ({difference}) | {signed(held[0], 3)} ({held[1]:.3f}) "
+                         f"| {reflections[0]:.1f} → {reflections[1]:.1f} | {c['usd']:.2f}× | {calls[0]} / {calls[1]} |")
     return "\n".join(lines)
 
 
@@ -288,19 +413,20 @@ SETTINGS = (  # bench_schedules.py config, label, colour
 def chart_class_swap(plt, out: Path) -> None:
     """dspy.GEPA's call and the same call with only the class name changed: wall-clock and held-out, per cell."""
     cells = class_swap()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.8))
-    xs = range(len(CELLS))
+    names_in = list(cells)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
+    xs = range(len(names_in))
     for offset, (label, colour, walls, tests) in zip((-0.2, 0.2), (
             ("dspy.GEPA (its defaults)", "#444444", lambda c: c.baseline_walls, lambda c: c.baseline_tests),
             ("BatchedGEPA (the same call)", "#d1495b", lambda c: c.walls, lambda c: c.tests))):
-        left.bar([x + offset for x in xs], [statistics.mean(walls(cells[n])) for n in CELLS], width=0.4,
-                 yerr=[statistics.stdev(walls(cells[n])) for n in CELLS], color=colour, capsize=3, label=label)
-        right.errorbar([x + offset for x in xs], [statistics.mean(tests(cells[n])) for n in CELLS],
-                       yerr=[statistics.stdev(tests(cells[n])) for n in CELLS], fmt="o", color=colour, ms=8,
+        left.bar([x + offset for x in xs], [statistics.mean(walls(cells[n])) for n in names_in], width=0.4,
+                 yerr=[statistics.stdev(walls(cells[n])) for n in names_in], color=colour, capsize=3, label=label)
+        right.errorbar([x + offset for x in xs], [statistics.mean(tests(cells[n])) for n in names_in],
+                       yerr=[statistics.stdev(tests(cells[n])) for n in names_in], fmt="o", color=colour, ms=8,
                        capsize=3, label=label)
-        for x, n in zip(xs, CELLS):
+        for x, n in zip(xs, names_in):
             right.scatter([x + offset] * len(tests(cells[n])), tests(cells[n]), color=colour, alpha=0.3, s=14)
-    names = [n.replace("/", "\n") for n in CELLS]
+    names = [n.replace("/", "\n") for n in names_in]
     for ax in (left, right):
         ax.set_xticks(list(xs), labels=names)
         ax.grid(alpha=0.3, axis="y")
@@ -448,7 +574,19 @@ def main() -> None:
         chart_curves(plt, ASSETS / "bench_best_so_far.png")
     for name, value in headlines().items():
         print(f"{name}: {value}")
-    print(f"\n{table_class_swap()}\n\n{table_w16()}\n\n{table_width()}")
+    for name, table in tables().items():
+        print(f"\n{name}\n{table}")
+
+
+def tables() -> dict[str, str]:
+    """Every table the Benchmarks page (and, for the older ones, the log) prints, by the name the page marks it with."""
+    found = {"TABLE_CLASS_SWAP": table_class_swap(), "TABLE_SETTINGS": table_settings(),
+             "TABLE_W16": table_w16(), "TABLE_WIDTH": table_width()}
+    if (RESULTS / CLASS_SWAP_W64).exists():
+        found["TABLE_W64"] = table_class_swap(files=(CLASS_SWAP_W64,))
+    if all((RESULTS / name).exists() for name in MLFLOW_BILL.values()):
+        found["TABLE_MLFLOW"] = table_mlflow()
+    return found
 
 
 if __name__ == "__main__":

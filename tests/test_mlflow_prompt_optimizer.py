@@ -220,11 +220,11 @@ def test_never_over_budget_where_mlflows_gepa_overshoots(store: str, budget: int
 
 
 @pytest.mark.parametrize(("budget", "kwargs", "width"), [
-    (150, {}, 6), (150, {"n": 2}, 6), (150, {"p": "auto"}, 4), (60, {}, 2)])
+    (150, {}, 6), (150, {"n": 2}, 6), (150, {"p": "auto"}, 2), (60, {}, 2)])
 def test_by_default_one_pipeline_runs_per_row_in_flight(store: str, budget: int, kwargs: dict[str, Any],
                                                           width: int) -> None:
     """P·N fills the 6 rows in flight, within what leaves the budget three validation windows: at B = 60 that is
-    (60 / 3 − |val| 6) / 2m = 2. ``p="auto"`` is BatchedGEPA's five-window rule: (150 / 5 − 6) / 6 = 4."""
+    (60 / 3 − |val| 6) / 2m = 2. ``p="auto"`` is BatchedGEPA's seven-window rule: (150 / 7 − 6) // 6 = 2."""
     task = Task(f"width-{budget}-{'-'.join(map(str, kwargs.values())) or 'default'}", rows=6)
     ours = optimizer(budget, num_threads=6, **kwargs)
     task.optimize(ours)
