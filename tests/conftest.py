@@ -9,9 +9,12 @@ from dspy_pxn.testing.mlflow_server import running_mlflow_server
 
 # The slow tests, which `python -m pytest --full` runs too (CI does) and the README's `python -m pytest` leaves out:
 # real servers (MLflow's, Ray's), killed subprocesses, the docs build, local LMs, each LM test's second engine
-# (litellm: DSPy's default engine runs in the fast set), and long property runs. Mark one with @pytest.mark.slow.
+# (litellm: DSPy's default engine runs in the fast set), MLflow's GenAI optimization and evaluation end to end (each
+# test a real optimize_prompts or evaluate run, 5-20 s; the fast set keeps the example that runs one), and long
+# property runs. Mark one with @pytest.mark.slow.
 SLOW_MODULES = {"test_ray_pool.py", "test_concurrency.py", "test_lms.py", "test_docs.py", "test_mlflow_model.py",
-                "test_bench_mlflow_prompts.py", "test_packaging.py", "test_resume.py", "test_tracking_failures.py"}
+                "test_bench_mlflow_prompts.py", "test_packaging.py", "test_resume.py", "test_tracking_failures.py",
+                "test_mlflow_prompt_optimizer.py", "test_mlflow_prompt_evaluation.py"}
 SLOW_FIXTURES = {"mlflow_server"}
 
 

@@ -273,6 +273,7 @@ def test_without_a_uri_runs_go_to_the_local_store_that_the_browse_hint_opens(tmp
 
 
 # ----------------------------------------------------------------------------- MLflow going away
+@pytest.mark.slow  # a killed tracking server
 def test_tracking_server_killed_mid_run_then_the_log_dir_is_imported(tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="dspy_pxn.tracking")
     log_dir = str(tmp_path / "run")
