@@ -164,10 +164,11 @@ BILL = {"reflection calls": lambda r: r["bill"]["reflection"]["calls"],
         "reflection tokens in": lambda r: r["bill"]["reflection"]["prompt"], "dollars": lambda r: r["usd"]}
 
 
-def pooled(cells: dict[str, Cell]) -> tuple[float, float]:
-    """The held-out difference with dspy.GEPA over every seed of ``cells``, paired, and its standard error."""
+def pooled(cells: dict[str, Cell]) -> str:
+    """The held-out difference with dspy.GEPA over every seed of ``cells``, paired, with its standard error."""
     differences = [d for c in cells.values() for d in c.paired]
-    return statistics.mean(differences), statistics.stdev(differences) / math.sqrt(len(differences))
+    se = statistics.stdev(differences) / math.sqrt(len(differences))
+    return f"{signed(statistics.mean(differences), 3)} (se {se:.3f})"
 
 
 def wide(workers: int) -> dict[str, Cell]:
@@ -206,15 +207,14 @@ def headlines() -> dict[str, str]:
     figures = {
         "class swap speedup": span(c.speedup for c in swap.values()) + "×",
         "class swap held-out vs dspy.GEPA": signed_span(c.vs_baseline for c in independent.values()),
-        "class swap held-out pooled": "{} (se {:.3f})".format(signed(pooled(independent)[0], 3), pooled(independent)[1]),
+        "class swap held-out pooled": pooled(independent),
         "class swap held-out chain": signed_span(c.vs_baseline for c in chain.values()),
         "class swap cells below the aim": ", ".join(missed) if missed else "none",
         "class swap dspy.GEPA metric calls": f"{most_calls(CLASS_SWAP, CLASS_SWAP_BASELINE)} of 600",
         "class swap metric calls": f"{most_calls(CLASS_SWAP_DEFAULT, CLASS_SWAP_CONFIG)} of 600",
         **{f"class swap {what} ×": span((bill_ratio([CLASS_SWAP_DEFAULT], CLASS_SWAP_CONFIG, name, read, [CLASS_SWAP])
                                          for name in swap), 2) + "×" for what, read in BILL.items()},
-        "pay more held-out pooled": "{} (se {:.3f})".format(signed(pooled({n: more[n] for n in INDEPENDENT})[0], 3),
-                                                             pooled({n: more[n] for n in INDEPENDENT})[1]),
+        "pay more held-out pooled": pooled({name: more[name] for name in INDEPENDENT}),
         **{f"pay more {what} ×": span((bill_ratio([CLASS_SWAP_DEFAULT], PAY_MORE, name, read, [CLASS_SWAP])
                                        for name in more), 2) + "×" for what, read in BILL.items()},
         "w16 4x4 speedup": span(c.speedup for c in four.values()) + "×",
@@ -249,8 +249,7 @@ def headlines() -> dict[str, str]:
         wide_independent = {name: c for name, c in wide_swap.items() if name in INDEPENDENT}
         figures["class swap w64 speedup"] = span(c.speedup for c in wide_swap.values()) + "×"
         figures["class swap w64 held-out vs dspy.GEPA"] = signed_span(c.vs_baseline for c in wide_independent.values())
-        figures["class swap w64 held-out pooled"] = "{} (se {:.3f})".format(signed(pooled(wide_independent)[0], 3),
-                                                                         pooled(wide_independent)[1])
+        figures["class swap w64 held-out pooled"] = pooled(wide_independent)
         for what, read in BILL.items():
             figures[f"class swap w64 {what} ×"] = span((bill_ratio([CLASS_SWAP_W64], CLASS_SWAP_CONFIG, name, read)
                                                         for name in wide_swap), 2) + "×"
