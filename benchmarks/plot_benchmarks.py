@@ -289,6 +289,12 @@ W16_TABLE = (  # bench_schedules.py config, what the page calls it
 )
 
 
+def difference_text(c: Cell) -> str:
+    """A cell's held-out difference with dspy.GEPA and its standard error, in bold where it misses the aim."""
+    text = f"{signed(c.vs_baseline, 3)} ({c.paired_sd / math.sqrt(len(c.paired)):.3f})"
+    return f"**{text}**" if c.vs_baseline < HELD_OUT_AIM else text
+
+
 def table_class_swap(config: str = CLASS_SWAP_CONFIG, files: tuple[str, ...] = (CLASS_SWAP_DEFAULT,)) -> str:
     """The class swap as the Benchmarks page prints it: dspy.GEPA's call beside the same call with only the class
     changed (or ``config``): wall-clock, held-out (mean ± sd, the paired difference and its standard error) and the
@@ -296,10 +302,7 @@ def table_class_swap(config: str = CLASS_SWAP_CONFIG, files: tuple[str, ...] = (
     lines = [("| landscape / call times | wall: dspy.GEPA → BatchedGEPA | × sooner | held-out: dspy.GEPA → BatchedGEPA "
               "| difference (se) | reflection calls | reflection tokens in | $ |"), "|---|---|---|---|---|---|---|---|"]
     for name, c in class_swap(config, files).items():
-        se = c.paired_sd / math.sqrt(len(c.paired))
-        difference = f"{signed(c.vs_baseline, 3)} ({se:.3f})"
-        if c.vs_baseline < HELD_OUT_AIM:
-            difference = f"**{difference}**"
+        difference = difference_text(c)
         base = swap_baseline(files)
         bill = [bill_ratio(list(files), config, name, read, [base]) for read in BILL.values()]
         calls = [statistics.mean(BILL["reflection calls"](r) for r in rows([f], k, name).values())
@@ -320,11 +323,8 @@ def table_settings() -> str:
             if not (RESULTS / source).exists() or not rows([source], config, name):
                 continue
             c = cell([source], config, [CLASS_SWAP], name, CLASS_SWAP_BASELINE)
-            se = c.paired_sd / math.sqrt(len(c.paired))
             calls, usd = (bill_ratio([source], config, name, BILL[k], [CLASS_SWAP]) for k in ("reflection calls", "dollars"))
-            held = f"{signed(c.vs_baseline, 3)} ({se:.3f})"
-            lines.append(f"| {landscape} | {label} | {c.speedup:.2f}× | {f'**{held}**' if c.vs_baseline < HELD_OUT_AIM else held} "
-                         f"| {calls:.2f}× | {usd:.2f}× |")
+            lines.append(f"| {landscape} | {label} | {c.speedup:.2f}× | {difference_text(c)} | {calls:.2f}× | {usd:.2f}× |")
     return "\n".join(lines)
 
 
