@@ -11,7 +11,7 @@ from dspy_pxn.testing.mlflow_server import running_mlflow_server
 # real servers (MLflow's, Ray's), killed subprocesses, the docs build, local LMs, each LM test's second engine
 # (litellm: DSPy's default engine runs in the fast set), MLflow's GenAI optimization and evaluation end to end (each
 # test a real optimize_prompts or evaluate run, 5-20 s; the fast set keeps the example that runs one), and long
-# property runs. Mark one with @pytest.mark.slow.
+# property runs. Mark one with @pytest.mark.slow. A test file named on the command line runs whole.
 SLOW_MODULES = {"test_ray_pool.py", "test_concurrency.py", "test_lms.py", "test_docs.py", "test_mlflow_model.py",
                 "test_bench_mlflow_prompts.py", "test_packaging.py", "test_resume.py", "test_tracking_failures.py",
                 "test_mlflow_prompt_optimizer.py", "test_mlflow_prompt_evaluation.py"}
@@ -31,12 +31,24 @@ def slow(item) -> bool:
             or item.get_closest_marker("slow") is not None)
 
 
+def named_files(config) -> set[str]:
+    """The test files named on the command line (``pytest tests/test_x.py`` or ``tests/test_x.py::test_y``): asked
+    for by name, so their slow tests run without ``--full``."""
+    named = set()
+    for arg in config.args:
+        path = (config.invocation_params.dir / arg.split("::")[0]).resolve()
+        if path.is_file():
+            named.add(str(path))
+    return named
+
+
 def pytest_collection_modifyitems(config, items):
     if config.getoption("--full"):
         return
+    named = named_files(config)
     kept, left_out = [], []
     for item in items:
-        (left_out if slow(item) else kept).append(item)
+        (left_out if slow(item) and str(item.path.resolve()) not in named else kept).append(item)
     if left_out:
         config.hook.pytest_deselected(items=left_out)
         items[:] = kept
