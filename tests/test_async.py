@@ -233,15 +233,18 @@ def test_a_second_validation_starts_beside_the_first_only_once_enough_improvers_
                 running["now"] -= 1
 
     def joined(self, validated):
-        join(self, validated)
+        released = join(self, validated)
         if validated.selected:
             a_later_one_joined.set()
+        return released
 
     monkeypatch.setattr(AsyncSchedule, "_join", joined)
     monkeypatch.setattr(AsyncSchedule, "_select_and_validate", counted)
     splits = sim.make_splits(seed=0, train=30, val=6, test=1)
     lm = sim.SimulatedLM(task_latency=0.01)
-    result = compile_sim(splits=splits, lm=lm, schedule="async", p=4, n=2, num_threads=16, max_metric_calls=400,
+    # 16 in flight: pipelines started before the first validation (from candidates in the pool) pile up behind it;
+    # those started beside it build on its candidate and wait for it to join.
+    result = compile_sim(splits=splits, lm=lm, schedule="async", p=8, n=2, num_threads=16, max_metric_calls=400,
                          selection="merge", reflection_lm=sim.SimulatedLM(reflection_latency=0.05)).results
     beside_another = [size for already, size in starts if already]
     assert running["peak"] == widths.MAX_VALIDATIONS_IN_FLIGHT == 2
@@ -369,3 +372,29 @@ def test_a_reflection_billed_as_the_run_ends_is_in_its_last_step_record(tmp_path
     assert sum(step.lm_calls for step in result.steps) == result.usage.lm_calls  # the first has the seed's
     assert result.steps[-1].cost_usd_total == pytest.approx(result.usage.cost_usd)
     assert [r.cost_usd_total for r in read_step_log(str(tmp_path))] == [s.cost_usd_total for s in result.steps]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_pipeline_started_while_a_candidate_is_validated_builds_on_it(seed):
+    """Where each improvement builds on the last (the chain landscape), one proposal in flight never waits for a
+    validation: the pipeline started beside it takes the candidate being validated as its parent, as dspy.GEPA's
+    next step takes the candidate it has just validated. A pipeline that took its parent from the pool alone would
+    start from the seed again and teach what the candidate in validation already knows: an improving child no
+    validation can use (the sibling merge finds nothing new in it)."""
+    heard = Heard()
+    train, val, _ = sim.make_splits(seed=seed, train=30, val=12, test=1)
+    chain = {"landscape": "chain", "task_latency": 0.01, "reflection_latency": 0.03}
+    result = compile_sim(splits=(train, val), lm=sim.SimulatedLM(**chain), reflection_lm=sim.SimulatedLM(**chain),
+                         schedule="async", p=1, n=1, selection="merge", use_merge=False, max_metric_calls=300,
+                         seed=seed, gepa_kwargs={"callbacks": [heard]}).results
+    # Improving children left unvalidated whose parent was behind the best candidate when they were decided (one of
+    # several candidates tied for best is a parent gepa's Pareto sampling may give any pipeline).
+    scores, stale = {0: result.val_aggregate_scores[0]}, []
+    for name, event in heard.events:
+        if name == "on_proposal_decided" and event["outcome"] == "validated":
+            scores[event["candidate"]] = event["val_score"]
+        elif name == "on_proposal_decided" and event["outcome"] in ("improved_not_selected", "merged"):
+            stale += [event] if scores[event["parent"]] < max(scores.values()) else []
+    assert len(result.candidates) >= 4 and not stale, [(e["parent"], e["outcome"], e["reason"]) for e in stale]
+    # Each candidate is the child of one validated before it: the lineage is the chain itself.
+    assert all(parents == [index - 1] for index, parents in enumerate(result.parents[1:], start=1)), result.parents

@@ -1,7 +1,7 @@
 """A user's own instruction proposer writes every instruction a wide run validates, and no prompt of ours reaches an LM.
 
 dspy.GEPA lets a custom ``instruction_proposer`` write every instruction; with several proposals in flight the
-sibling merge must then be the proposer's too (``dspy_pxn.proposer.sibling_merge.ProposerMerge``), and with ``reflection_lm=None``
+sibling merge must then be the proposer's too (``dspy_pxn.proposer.sibling_merge.SiblingMerge.write``), and with ``reflection_lm=None``
 (which dspy.GEPA accepts beside a proposer) the task LM must hear nothing but the program's own calls.
 """
 
@@ -81,7 +81,7 @@ def test_a_merge_the_proposer_writes_reads_every_improving_childs_feedback():
     from gepa.proposer.base import CandidateProposal
 
     from dspy_pxn.proposer.reflection import DATASET_KEY
-    from dspy_pxn.proposer.sibling_merge import ProposerMerge
+    from dspy_pxn.proposer.sibling_merge import SiblingMerge
 
     asked = []
 
@@ -95,7 +95,7 @@ def test_a_merge_the_proposer_writes_reads_every_improving_childs_feedback():
     children = [CandidateProposal(candidate={"predict": f"child {i}"}, parent_program_ids=[0],
                                   metadata={DATASET_KEY: {"predict": [{"Feedback": f"lesson {i}"}]}})
                 for i in range(3)]
-    text = ProposerMerge(Reflection())("predict", {"predict": "best"}, [], children)
+    text = SiblingMerge(pool=None, proposer=Reflection()).write("predict", {"predict": "best"}, [], children)
     assert text == "merged by the proposer"
     (base, dataset, components), = asked
     assert base == {"predict": "best"} and components == ["predict"]

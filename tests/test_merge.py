@@ -72,7 +72,7 @@ def test_a_lone_child_of_an_older_candidate_is_merged_into_the_best(splits):
     from gepa.strategies.acceptance import StrictImprovementAcceptance
 
     from dspy_pxn.pools import ThreadWorkerPool
-    from dspy_pxn.proposer.sibling_merge import PromptedMerge, SiblingMerge
+    from dspy_pxn.proposer.sibling_merge import SiblingMerge
 
     head = sim.seed_instruction()
     best, older = f"{head}\nzorp(x) = 3*x + 1", head  # candidate 1 knows zorp; its parent, the seed, does not
@@ -81,7 +81,7 @@ def test_a_lone_child_of_an_older_candidate_is_merged_into_the_best(splits):
     proposal = CandidateProposal(candidate={"predict": child}, parent_program_ids=[0],
                                  subsample_scores_before=[0, 0, 0], subsample_scores_after=[1, 0, 0])
     with ThreadWorkerPool(2) as pool:
-        merge = SiblingMerge(PromptedMerge(sim.SimulatedLM()), pool)
+        merge = SiblingMerge(pool, sim.SimulatedLM())
         (selected,) = merge.select([proposal], state, StrictImprovementAcceptance())
     assert rules_in(selected.candidate["predict"]) == {"zorp", "blick"}
     assert selected.parent_program_ids == [1, 0]
@@ -157,7 +157,7 @@ def test_a_merge_that_adds_nothing_to_the_pool_gives_way_to_the_best_child():
     from gepa.strategies.acceptance import StrictImprovementAcceptance
 
     from dspy_pxn.pools import ThreadWorkerPool
-    from dspy_pxn.proposer.sibling_merge import PromptedMerge, SiblingMerge
+    from dspy_pxn.proposer.sibling_merge import SiblingMerge
 
     head = sim.seed_instruction()
     rules = [f"{r.name}(x) = {r.expr}" for r in sim.RULES[:5]]
@@ -167,7 +167,7 @@ def test_a_merge_that_adds_nothing_to_the_pool_gives_way_to_the_best_child():
     proposals = [_proposal(children[0], 1, [1, 1, 0]), _proposal(children[1], 1, [1, 0, 0])]
     with ThreadWorkerPool(2) as pool:
         reflection_lm = sim.SimulatedLM()
-        selected = SiblingMerge(PromptedMerge(reflection_lm), pool).select(proposals, state, StrictImprovementAcceptance())
+        selected = SiblingMerge(pool, reflection_lm).select(proposals, state, StrictImprovementAcceptance())
     assert [h for h in reflection_lm.history if "merged_instruction" in str(h["messages"])]  # the merge was asked
     assert len(selected) == 1 and selected[0].candidate == {"predict": children[0]}  # the best child, untouched
     assert selected[0].tag != "sibling_merge" and selected[0].parent_program_ids == [1]
@@ -242,16 +242,16 @@ def _two_rewrites():
 
 
 def test_a_merge_reply_that_cannot_be_read_is_asked_again_in_the_other_format():
-    from dspy_pxn.proposer.sibling_merge import MergeUnwritten, PromptedMerge
+    from dspy_pxn.proposer.sibling_merge import MergeUnwritten, SiblingMerge
 
     head, rewrites = _two_rewrites()
     # DSPy's format is its chat adapter and, when that reply cannot be parsed, its JSON adapter: two calls.
     for formats, answers, unread in ((("dspy", "plain"), "plain", 2), (("plain", "dspy"), "dspy", 1)):
         lm = AnswersMergesOnlyIn(answers)
-        merged = PromptedMerge(lm, formats)("predict", {"predict": head}, rewrites, [])
+        merged = SiblingMerge(None, lm, formats).write("predict", {"predict": head}, rewrites, [])
         assert rules_in(merged) == {"blick", "frim"} and lm.unread_merges == unread
     with pytest.raises(MergeUnwritten, match="plain text: the reply holds no ``` block"):
-        PromptedMerge(AnswersMergesOnlyIn(None))("predict", {"predict": head}, rewrites, [])
+        SiblingMerge(None, AnswersMergesOnlyIn(None)).write("predict", {"predict": head}, rewrites, [])
 
 
 def test_a_reflection_lm_that_never_follows_the_merge_format_scores_as_one_proposal_at_a_time(caplog):
@@ -302,3 +302,42 @@ def test_the_asynchronous_schedule_goes_on_one_proposal_at_a_time_once_merges_ca
     overlapping = [(r, c) for r in serial if r[0] == "reflection" for c in serial
                    if c is not r and c[1] < r[2] and r[1] < c[2]]
     assert not overlapping, overlapping[:3]
+
+
+def test_a_child_of_an_older_candidate_that_teaches_nothing_the_best_lacks_is_not_validated():
+    """A pipeline started from the seed while candidate 1 was validated learned what candidate 1 knows (where each
+    improvement builds on the last, the same text): it beat only its own parent, and validating it would spend
+    |val| on a candidate no deeper than the best."""
+    from gepa.strategies.acceptance import StrictImprovementAcceptance
+
+    from dspy_pxn.pools import ThreadWorkerPool
+    from dspy_pxn.proposer.sibling_merge import SiblingMerge
+
+    head = sim.seed_instruction()
+    best = f"{head}\nzorp(x) = 3*x + 1"
+    state = _state(head, best, scores=[0.0, 0.4])
+    with ThreadWorkerPool(2) as pool:
+        merge = SiblingMerge(pool, sim.SimulatedLM())
+        assert merge.select([_proposal(best, 0, [1, 0, 0])], state, StrictImprovementAcceptance()) == []
+        # The same lesson from the best itself (a model that returned its instruction as it was) is not a candidate.
+        assert merge.select([_proposal(best, 1, [1, 0, 0])], state, StrictImprovementAcceptance()) == []
+
+
+def test_a_child_of_a_candidate_tied_for_best_is_merged_into_its_own_parent():
+    """Candidates 1 and 2 score alike (gepa's best is the earlier, 1); a lone child of 2 builds on 2, not on 1, so
+    it is validated as it is: what 2 learned beyond 1 is not lost to the merge, and no merge prompt is needed."""
+    from gepa.strategies.acceptance import StrictImprovementAcceptance
+
+    from dspy_pxn.pools import ThreadWorkerPool
+    from dspy_pxn.proposer.sibling_merge import SiblingMerge
+
+    head = sim.seed_instruction()
+    first, second = f"{head}\nzorp(x) = 3*x + 1", f"{head}\nzorp(x) = 3*x + 1\nfrim(x) = 2*x + 7"
+    child = f"{second}\nblick(x) = x*x - 2"
+    state = _state(head, first, second, scores=[0.0, 0.4, 0.4])
+    reflection_lm = sim.SimulatedLM()
+    with ThreadWorkerPool(2) as pool:
+        proposal = _proposal(child, 2, [1, 0, 0])
+        (selected,) = SiblingMerge(pool, reflection_lm).select([proposal], state, StrictImprovementAcceptance())
+    assert selected is proposal and selected.candidate["predict"] == child and selected.parent_program_ids == [2]
+    assert reflection_lm.stats()["calls"]["reflection"] == 0

@@ -21,6 +21,17 @@ def best_program(state: GEPAState) -> int:
 FULL_EVALUATION = FullEvaluationPolicy()
 
 
+def mean_val_score(state: GEPAState, program: int) -> float:
+    """A candidate's mean validation score, as ``best_program`` compares them."""
+    scores = state.prog_candidate_val_subscores[program]
+    return sum(scores.values()) / len(scores) if scores else float("-inf")
+
+
+def ties_the_best(state: GEPAState, program: int) -> bool:
+    """Whether ``program`` scores as high as the best candidate (which is the earliest of those that do)."""
+    return mean_val_score(state, program) >= mean_val_score(state, best_program(state))
+
+
 def pareto_front_programs(state: GEPAState) -> list[int]:
     """Non-dominated programs, best aggregate validation score first."""
     scores = state.per_program_tracked_scores

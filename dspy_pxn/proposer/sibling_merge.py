@@ -36,7 +36,7 @@ from gepa.proposer.base import CandidateProposal
 from gepa.strategies.acceptance import AcceptanceCriterion
 from gepa.strategies.instruction_proposal import InstructionProposalSignature
 
-from dspy_pxn.engine.candidates import best_program, improvement
+from dspy_pxn.engine.candidates import best_program, improvement, ties_the_best
 from dspy_pxn.engine.events import StepEvents
 from dspy_pxn.ledger.ledger import REFLECTING
 from dspy_pxn.pools import WorkerPool
@@ -242,62 +242,16 @@ def merge_as_plain_text(lm: dspy.BaseLM, current: str, shown: str) -> str:
 MERGE_FORMATS: dict[str, MergeFormat] = {"dspy": merge_as_dspy_fields, "plain": merge_as_plain_text}
 
 
-class PromptedMerge:
-    """The sibling merge written by the reflection LM from our merge prompt, asked in each of ``formats`` in turn
-    until a reply is read (a DSPy program's adapter asks in DSPy's format first, an MLflow prompt's in gepa's
-    plain text first: the format the reflection LM already answers in that run)."""
-
-    def __init__(self, reflection_lm: dspy.BaseLM | None, formats: Sequence[str] = ("dspy", "plain")):
-        self.reflection_lm = reflection_lm
-        self.formats = tuple(formats)
-
-    def __call__(self, component: str, base: dict[str, str], rewrites: list[tuple[str, str, str]],
-                 improving: Sequence[CandidateProposal]) -> str:
-        lm = self.reflection_lm or dspy.settings.lm
-        shown = render_rewrites(rewrites)
-        unread = []
-        for name in self.formats:
-            try:
-                text = MERGE_FORMATS[name](lm, base[component], shown)
-            except MergeUnwritten as error:
-                unread.append(str(error))
-                continue
-            if text:
-                return text
-            unread.append(f"{name}: an empty instruction")
-        raise MergeUnwritten("; ".join(unread))
-
-
-class ProposerMerge:
-    """The sibling merge written by a user's own proposer, as one more reflection: the pool's best candidate
-    rewritten from every improving child's reflective dataset (the feedback each lesson was learned from). No
-    prompt of ours reaches an LM: every instruction the run validates is one the proposer wrote."""
-
-    def __init__(self, reflection: Any):  # a PooledReflection (its ``propose``)
-        self.reflection = reflection
-
-    def __call__(self, component: str, base: dict[str, str], rewrites: list[tuple[str, str, str]],
-                 improving: Sequence[CandidateProposal]) -> str:
-        dataset = [item for proposal in improving
-                   for item in ((proposal.metadata or {}).get(DATASET_KEY) or {}).get(component, [])]
-        proposal = self.reflection.propose((dict(base), {component: dataset}, [component]))
-        text = (proposal.new_texts or {}).get(component)
-        if not text:
-            raise MergeUnwritten(f"the instruction proposer: {(proposal.metadata or {}).get('reflection_error', 'no text')}")
-        return text
-
-
-MergeWriter = Callable[[str, dict[str, str], list[tuple[str, str, str]], Sequence[CandidateProposal]], str]
-
-
 class SiblingMerge:
     """A gepa selection strategy: validate the merge of a step's improving children (and, with
     ``keep_best``, the best child itself, so a merge that lost something cannot cost the step).
 
     The merge is written into the pool's best candidate (``merge``), so even a lone improving child
     is merged when it was rewritten from another candidate; a lone child of the best itself is
-    validated as it is. ``write`` writes one component's merge: our prompt to the reflection LM
-    (``PromptedMerge``), or a user's own proposer (``ProposerMerge``).
+    validated as it is. One component's merge is written (``write``) by a user's own proposer where the run has
+    one (``proposer``: every instruction the run validates is one it wrote), else by the reflection LM from our merge
+    prompt, asked in each of ``formats`` in turn until a reply is read (a DSPy program's adapter asks in DSPy's
+    format first, an MLflow prompt's in gepa's plain text first: the format the reflection LM already answers in).
 
     A merge no reply to which can be read (``MergeUnwritten``) would leave every window with one lesson
     and the search behind the serial one: from then on the run is ``degraded``, the schedules run one
@@ -306,14 +260,16 @@ class SiblingMerge:
 
     def __init__(
         self,
-        write: MergeWriter,
         pool: WorkerPool,
+        reflection_lm: dspy.BaseLM | None = None,
+        formats: Sequence[str] = ("dspy", "plain"),
+        proposer: Any = None,  # a PooledReflection of a user's own proposer (its ``propose``), or None
         code_components: Sequence[str] = (),
         keep_best: bool = False,
         events: StepEvents | None = None,
     ):
-        self.write = write
         self.pool = pool
+        self.reflection_lm, self.formats, self.proposer = reflection_lm, tuple(formats), proposer
         self.code_components = set(code_components)
         self.keep_best = keep_best
         self.events = events or StepEvents()
@@ -331,7 +287,10 @@ class SiblingMerge:
             return []
         start = time.perf_counter()
         parents = [state.program_candidates[p.parent_program_ids[0]] for p in improving]
-        best = best_program(state)
+        # The base: the pool's best, or on a tie for it, the first improving child's own parent (the candidate its
+        # lessons were learned on, often the newest of those tied).
+        current = [p for p in improving if ties_the_best(state, p.parent_program_ids[0])]
+        best = current[0].parent_program_ids[0] if current else best_program(state)
         try:
             merged = self.merge(improving, parents, state.program_candidates[best])
         except MergeUnwritten as unread:
@@ -339,14 +298,18 @@ class SiblingMerge:
             logger.warning("The sibling merge's reply could not be read (%s): from now on the run searches one "
                            "proposal at a time and validates every improving child, as dspy.GEPA does.", unread)
             return improving
+        if merged in state.program_candidates:
+            # The merge added nothing the pool lacks. A child of a best candidate may still be validated alone (a
+            # model that cannot fit more into a full instruction returns the best as it was); children of older
+            # candidates beat only a parent the best has since overtaken (they were screened while it was being
+            # validated) and teach nothing the best lacks: validating one would spend |val| on a candidate no
+            # deeper than the best (where each improvement builds on the last, often the same text), so none is.
+            fresh = [p for p in current if p.candidate not in state.program_candidates]
+            logger.info("The merge of %d improving children is already in the pool; %s.", len(improving),
+                        "validating the best child of a best candidate" if fresh else "none is validated")
+            return fresh[:1]
         if merged == improving[0].candidate:
             return improving[:1]  # one child rewritten from the best itself: it is the merge
-        if merged in state.program_candidates:
-            # The merge added nothing the pool lacks (a model that cannot fit more into a full instruction
-            # returns it as it was): validating it again would buy nothing, so the best child stands alone.
-            logger.info("The merge of %d improving children is already in the pool; validating the best child.",
-                        len(improving))
-            return improving[:1]
         self.events.sibling_merged(time.perf_counter() - start, len(improving))
         keep_best = self.keep_best and len(improving) >= 2  # a lone child from an older parent: its merge alone
         carrier = improving[1] if keep_best else improving[0]
@@ -409,3 +372,24 @@ class SiblingMerge:
             logger.warning("Merging %d rewrites of %s failed; keeping the best one: %s: %s",
                            len(rewrites), component, type(error).__name__, error)
             return None
+
+    def write(self, component: str, base: dict[str, str], rewrites: list[tuple[str, str, str]],
+              improving: Sequence[CandidateProposal]) -> str:
+        """``base``'s ``component`` with every rewrite's lesson in it; ``MergeUnwritten`` where no reply was read."""
+        if self.proposer is not None:  # the pool's best rewritten from every improving child's reflective dataset
+            dataset = [item for proposal in improving
+                       for item in ((proposal.metadata or {}).get(DATASET_KEY) or {}).get(component, [])]
+            proposal = self.proposer.propose((dict(base), {component: dataset}, [component]))
+            if text := (proposal.new_texts or {}).get(component):
+                return text
+            raise MergeUnwritten(
+                f"the instruction proposer: {(proposal.metadata or {}).get('reflection_error', 'no text')}")
+        lm, shown, unread = self.reflection_lm or dspy.settings.lm, render_rewrites(rewrites), []
+        for name in self.formats:
+            try:
+                if text := MERGE_FORMATS[name](lm, base[component], shown):
+                    return text
+                unread.append(f"{name}: an empty instruction")
+            except MergeUnwritten as error:
+                unread.append(str(error))
+        raise MergeUnwritten("; ".join(unread))

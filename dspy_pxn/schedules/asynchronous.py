@@ -47,7 +47,7 @@ from __future__ import annotations
 import contextvars
 import logging
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gepa.core.data_loader import ensure_loader
@@ -58,6 +58,7 @@ from gepa.strategies.acceptance import StrictImprovementAcceptance
 from gepa.strategies.proposal_sampling import ProposalTask
 
 from dspy_pxn.engine import width as widths
+from dspy_pxn.engine.candidates import improvement, ties_the_best
 from dspy_pxn.ledger.budget import Reservation
 from dspy_pxn.ledger.caps import CapReached
 from dspy_pxn.proposer import selection as selections
@@ -78,6 +79,18 @@ class _Screened:
 
     proposal: CandidateProposal
     improved: bool
+    parent: _Pending | None = None  # the unvalidated candidate it was rewritten from, if it was
+
+
+@dataclass(eq=False)
+class _Pending:
+    """A candidate being validated, which pipelines started meanwhile take as their parent: its pool index once
+    it has joined (``index``), and the children screened on it before that (``waiting``)."""
+
+    proposal: CandidateProposal
+    stand_in: int  # the pool index its children are told as their parent's until it joins (its own parent's)
+    index: int | None = None
+    waiting: list[CandidateProposal] = field(default_factory=list)
 
 
 class AsyncSchedule:
@@ -102,6 +115,10 @@ class AsyncSchedule:
         self.caps, self.stop = live.caps, live.ledger.stop
         # Pipelines waiting on their reflection, by proposal id, with what the guard promised them.
         self.reflecting: dict[str, tuple[ProposalTask, Reservation]] = {}
+        # Candidates being validated, by id of their proposal, and the latest of them: new pipelines take it as
+        # their parent (``_Pending``), as dspy.GEPA's next step would take the candidate it has just validated.
+        self.pending: dict[int, _Pending] = {}
+        self.latest: _Pending | None = None
         settings = run.settings
         self.crossover = AsyncCrossover(
             live.adapter, self.valset, run.guard, self.lock, self.parts.rng, settings.max_merge_invocations,
@@ -124,11 +141,11 @@ class AsyncSchedule:
         try:
             while True:
                 if error is None and not self.stop.refusing and not self._stopped_by_user():
-                    self._launch(pipelines, in_flight, waiting=bool(queued))
                     validating = sum(kind == "validation" for kind in in_flight.values())
-                    if widths.starts_validation(validating, len(queued)):
+                    if widths.starts_validation(validating, len(queued)):  # first: what launches next builds on it
                         self._validate(validator, in_flight, queued)
                         queued = []
+                    self._launch(pipelines, in_flight, waiting=bool(queued))
                 if not in_flight:
                     with self.lock:
                         self.guard.ended(self.state)  # says so on the run's stop signal if its budget ended it
@@ -148,16 +165,16 @@ class AsyncSchedule:
                         continue
                     if kind in ("validation", "crossover"):
                         if outcome is not None:
-                            self._join(outcome)
+                            queued.extend(self._join(outcome))
                     elif outcome is not None and outcome.improved:  # an improving child queues for validation
-                        queued.append(outcome.proposal)
+                        self._queue(outcome, queued)
                     elif outcome is not None:  # any other is rejected now
                         self.windows.rejected(outcome.proposal, "did not beat its parent on the minibatch",
                                               "not_improved")
         finally:
             pipelines.shutdown(wait=not self.stop.returned)
             validator.shutdown(wait=True)
-            self.windows.close(queued)
+            self.windows.close([*queued, *(child for pending in self.pending.values() for child in pending.waiting)])
         if error is not None:
             raise error
         self.windows.optimization_end()
@@ -186,18 +203,23 @@ class AsyncSchedule:
                     continue
                 if (reservation := self.guard.reserve_proposal(self.state)) is None:
                     return
-                parent = self.parts.candidate_selector.select_candidate_idx(self.state)
+                if (pending := self.latest) is not None:  # the candidate being validated
+                    parent, candidate = pending.stand_in, pending.proposal.candidate
+                else:
+                    parent = self.parts.candidate_selector.select_candidate_idx(self.state)
+                    candidate = self.state.program_candidates[parent]
                 ids = self.parts.sampler.next_minibatch_ids(self.trainset, self.state)
-                task = ProposalTask(parent, self.state.program_candidates[parent], ids, self.trainset.fetch(ids))
+                task = ProposalTask(parent, candidate, ids, self.trainset.fetch(ids))
                 self.live.events.tasks_sampled([task])
                 self.launched += 1
             run_pipeline = contextvars.copy_context().run
-            in_flight[executor.submit(run_pipeline, self._pipeline, task, reservation, f"p{self.launched}")] = (
-                "proposal")
+            in_flight[executor.submit(run_pipeline, self._pipeline, task, reservation, f"p{self.launched}",
+                                      pending)] = "proposal"
 
-    def _pipeline(self, task: ProposalTask, reservation: Reservation, proposal_id: str) -> _Screened | None:
+    def _pipeline(self, task: ProposalTask, reservation: Reservation, proposal_id: str,
+                  pending: _Pending | None = None) -> _Screened | None:
         """Parent on its minibatch (traced), one reflection, the child on the same minibatch; on the screening
-        the guard promised it (``reservation``)."""
+        the guard promised it (``reservation``). ``pending``: the parent is a candidate still being validated."""
         adapter, settings = self.live.adapter, self.run.settings
         before = adapter.evaluate(task.minibatch, task.parent_candidate, capture_traces=True, phase="screening")
         perfect = settings.skip_perfect_score and settings.perfect_score is not None and all(
@@ -243,7 +265,18 @@ class AsyncSchedule:
             improved = self.acceptance.should_accept(proposal, self.state)
             self.live.events.children_screened(1, int(improved))
             self.guard.close(reservation)
-        return _Screened(proposal, improved)
+        return _Screened(proposal, improved, pending)
+
+    def _queue(self, screened: _Screened, queued: list[CandidateProposal]) -> None:
+        """An improving child queues for validation once its parent is in the pool (with its index as parent)."""
+        pending = screened.parent
+        if pending is None:
+            queued.append(screened.proposal)
+        elif pending.index is not None:
+            screened.proposal.parent_program_ids = [pending.index]
+            queued.append(screened.proposal)
+        else:
+            pending.waiting.append(screened.proposal)
 
     def _no_child(self, task: ProposalTask, reservation: Reservation, scores: list[float], reason: str) -> None:
         """The pipeline ends after its parent's screening: the child's reserved calls are not needed."""
@@ -299,8 +332,17 @@ class AsyncSchedule:
             for proposal in batch:
                 self.windows.rejected(proposal, "no budget left to validate it", "improved_not_selected")
             return
+        if len(batch) == 1 and ties_the_best(self.state, batch[0].parent_program_ids[0]):
+            self._building_on(batch[0])  # a lone child of a best candidate is validated as it is: build on it now
         in_flight[executor.submit(contextvars.copy_context().run, self._select_and_validate, batch, reservation)] = (
             "validation")
+
+    def _building_on(self, proposal: CandidateProposal) -> None:
+        """Pipelines started from now on take ``proposal``'s candidate, being validated, as their parent."""
+        with self.lock:
+            if id(proposal) not in self.pending:
+                self.pending[id(proposal)] = _Pending(proposal, stand_in=proposal.parent_program_ids[0])
+            self.latest = self.pending[id(proposal)]
 
     def _waves(self, rollouts: int) -> int:
         """Rounds of one task call each that this many rollouts take on the pool."""
@@ -312,6 +354,10 @@ class AsyncSchedule:
         # consistent prefix of the pool (the newest candidate may not be among them yet).
         selected = selected_within(self.parts.selection, batch, self.state, self.acceptance, reservation.validations)
         with self.lock:
+            if selected:  # pipelines started from now on build on the candidate this validation is most sure of
+                self._building_on(max(selected, key=improvement))
+            elif self.latest is not None and any(self.latest.proposal is p for p in batch):
+                self.latest = None  # it will not be validated: pipelines take their parents from the pool again
             self.guard.release(reservation, (reservation.validations - len(selected)) * self.guard.valset_size)
             self.guard.commit(reservation)
             discovered_at = self.state.total_num_evals
@@ -327,13 +373,28 @@ class AsyncSchedule:
         return Validated(selected, [valset_evaluation(ids, e) for e in evaluations],
                           [p for p in batch if id(p) not in chosen], discovered_at)
 
-    def _join(self, validated: Validated) -> None:
-        """The validated candidates join the pool; a crossover's is one done, any other makes one due."""
+    def _join(self, validated: Validated) -> list[CandidateProposal]:
+        """The validated candidates join the pool; a crossover's is one done, any other makes one due. Returns the
+        improving children of a joined candidate that were waiting for it (their parent's index now known)."""
+        released: list[CandidateProposal] = []
         with self.lock:
-            for proposal, _ in self.windows.join(validated):
+            for proposal, index in self.windows.join(validated):
+                if (pending := self.pending.pop(id(proposal), None)) is not None:
+                    pending.index = index
+                    for child in pending.waiting:
+                        child.parent_program_ids = [index]
+                    released.extend(pending.waiting)
+                    if self.latest is pending:
+                        self.latest = None
                 if self.crossover is None:
                     continue
                 if proposal.tag == MERGE_TAG:
                     self.crossover.accepted()
                 else:
                     self.crossover.found_new_program()
+            for proposal in [*validated.selected, *validated.passed_over]:  # not joined: no one builds on it
+                if (pending := self.pending.pop(id(proposal), None)) is not None:
+                    self.latest = None if self.latest is pending else self.latest
+                    for child in pending.waiting:
+                        self.windows.rejected(child, "its parent was not validated", "improved_not_selected")
+        return released

@@ -19,7 +19,7 @@ from dspy_pxn.engine.description import resume_settings
 from dspy_pxn.engine.resume import checkpoint
 from dspy_pxn.proposer import selection as selections
 from dspy_pxn.proposer.reflection import PooledReflection
-from dspy_pxn.proposer.sibling_merge import PromptedMerge, ProposerMerge, SiblingMerge
+from dspy_pxn.proposer.sibling_merge import SiblingMerge
 from dspy_pxn.schedules.sampling import CANDIDATE_SELECTORS, SequentialMinibatchSampler, component_selector
 
 if TYPE_CHECKING:  # types only: the run imports the schedules, never the other way round
@@ -64,10 +64,10 @@ def selection_strategy(run: Run, live: Live, reflection: PooledReflection) -> Se
     our merge prompt, in the reply format the adapter's reflections use first."""
     selection = run.selection
     if selection in selections.MERGES:
-        write = (ProposerMerge(reflection) if reflection.custom_instructions
-                 else PromptedMerge(run.reflection_lm, live.adapter.MERGE_FORMATS))
-        return SiblingMerge(write, live.pool, code_components=run.code_components,
-                            keep_best=selection == "merge+best", events=live.events)
+        return SiblingMerge(live.pool, run.reflection_lm, live.adapter.MERGE_FORMATS,
+                            proposer=reflection if reflection.custom_instructions else None,
+                            code_components=run.code_components, keep_best=selection == "merge+best",
+                            events=live.events)
     return selections.strategy(selection)
 
 
