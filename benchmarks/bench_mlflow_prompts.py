@@ -478,6 +478,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="where runs and traces go: a sqlite file, or that file behind `mlflow server` (HTTP)")
     parser.add_argument("--rows-alone", action="store_true",
                         help="also time the budget's rows with no optimizer (predict_fn + scorer on W threads)")
+    parser.add_argument("--mlflow-rows-from", metavar="FILE",
+                        help="take mlflow.GepaPromptOptimizer's rows for these seeds from an earlier results file (its "
+                             "scores and calls are the same for a seed on every run) instead of running it again")
     parser.add_argument("--out", default=str(RESULTS / "mlflow_prompts.json"))
     args = parser.parse_args(argv)
     configs = split_configs(args.configs)
@@ -487,7 +490,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from mlflow.environment_variables import MLFLOW_GENAI_EVAL_MAX_WORKERS
 
     import_autolog_integrations()
-    rows = [run_one(config, args, seed) for seed in range(args.seeds) for config in configs]
+    earlier = json.loads(Path(args.mlflow_rows_from).read_text())["rows"] if args.mlflow_rows_from else []
+    reused = {r["seed"]: r for r in earlier if r["config"] == "mlflow.GepaPromptOptimizer"}
+    rows = [reused[seed] if config == "mlflow.GepaPromptOptimizer" and seed in reused else run_one(config, args, seed)
+            for seed in range(args.seeds) for config in configs]
     print_rows(rows, args)
     table = summarise(rows, configs)
     print_wall_split(table)

@@ -304,10 +304,10 @@ def test_the_asynchronous_schedule_goes_on_one_proposal_at_a_time_once_merges_ca
     assert not overlapping, overlapping[:3]
 
 
-def test_a_child_of_an_older_candidate_that_teaches_nothing_the_best_lacks_is_not_validated():
+def test_a_child_that_is_a_pool_candidates_very_text_is_not_validated():
     """A pipeline started from the seed while candidate 1 was validated learned what candidate 1 knows (where each
     improvement builds on the last, the same text): it beat only its own parent, and validating it would spend
-    |val| on a candidate no deeper than the best."""
+    |val| on a duplicate."""
     from gepa.strategies.acceptance import StrictImprovementAcceptance
 
     from dspy_pxn.pools import ThreadWorkerPool

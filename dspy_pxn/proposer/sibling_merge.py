@@ -299,14 +299,14 @@ class SiblingMerge:
                            "proposal at a time and validates every improving child, as dspy.GEPA does.", unread)
             return improving
         if merged in state.program_candidates:
-            # The merge added nothing the pool lacks. A child of a best candidate may still be validated alone (a
-            # model that cannot fit more into a full instruction returns the best as it was); children of older
-            # candidates beat only a parent the best has since overtaken (they were screened while it was being
-            # validated) and teach nothing the best lacks: validating one would spend |val| on a candidate no
-            # deeper than the best (where each improvement builds on the last, often the same text), so none is.
-            fresh = [p for p in current if p.candidate not in state.program_candidates]
+            # The merge added nothing the pool lacks (a model that cannot fit more into a full instruction returns it
+            # as it was): the best child not already in the pool stands alone, a child of a best candidate first. A
+            # child that is a pool candidate's very text (where each improvement builds on the last, pipelines
+            # started from an older candidate learn what the best already knows) would spend |val| on a duplicate.
+            fresh = sorted((p for p in improving if p.candidate not in state.program_candidates),
+                           key=lambda p: not any(p is c for c in current))
             logger.info("The merge of %d improving children is already in the pool; %s.", len(improving),
-                        "validating the best child of a best candidate" if fresh else "none is validated")
+                        "validating the best child" if fresh else "each child is already in the pool")
             return fresh[:1]
         if merged == improving[0].candidate:
             return improving[:1]  # one child rewritten from the best itself: it is the merge

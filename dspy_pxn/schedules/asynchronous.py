@@ -7,9 +7,15 @@ Here P·N proposal *pipelines* are always in flight, each one parent → its min
 (traced) → one reflection → the child on the same minibatch. Improving children queue
 up; whenever no validation is running (or one is, and enough improvers wait:
 ``width.starts_validation``), the queued ones go through the run's selection (all | best
-| top-k | sibling merge) and are validated together, and new pipelines pick parents from the
-Pareto front as it stands when they start. Reflections run in the
-pipelines' own threads, never on a rollout worker, so they cannot starve rollouts.
+| top-k | sibling merge) and are validated together. Reflections run in the pipelines' own threads, never on a
+rollout worker, so they cannot starve rollouts.
+
+Parents. A pipeline started while a validation is in flight takes that validation's candidate as its parent
+(``_Pending``), as dspy.GEPA's next step builds on the candidate it has just validated: the candidate already
+beat its own parent on screening, and validated candidates always join the pool. Its improving children wait for
+it to join (their parent's index), then queue. A pipeline started with no validation in flight picks its parent
+from the Pareto front as it stands. Without this, every pipeline started during a validation proposes from the
+candidate's parent, which, where each improvement builds on the last, teaches what the candidate already knows.
 
 gepa's ``GEPAState`` is the single record: candidates join it through its own
 ``update_state_with_new_program``, it is saved (with our strategies' state, through the
