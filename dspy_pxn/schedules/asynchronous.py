@@ -94,9 +94,11 @@ class _Pending:
     it has joined (``index``), and the children screened on it before that (``waiting``)."""
 
     proposal: CandidateProposal
+    candidate: dict[str, str]  # what its children are rewritten from
     stand_in: int  # the pool index its children are told as their parent's until it joins (its own parent's)
     index: int | None = None
     waiting: list[CandidateProposal] = field(default_factory=list)
+    orphaned: str | None = None  # why its children cannot be validated (it did not join as they saw it)
 
 
 class AsyncSchedule:
@@ -210,7 +212,7 @@ class AsyncSchedule:
                 if (reservation := self.guard.reserve_proposal(self.state)) is None:
                     return
                 if (pending := self.latest) is not None:  # the candidate being validated
-                    parent, candidate = pending.stand_in, pending.proposal.candidate
+                    parent, candidate = pending.stand_in, pending.candidate
                 else:
                     parent = self.parts.candidate_selector.select_candidate_idx(self.state)
                     candidate = self.state.program_candidates[parent]
@@ -278,6 +280,8 @@ class AsyncSchedule:
         pending = screened.parent
         if pending is None:
             queued.append(screened.proposal)
+        elif pending.orphaned:
+            self.windows.rejected(screened.proposal, pending.orphaned, "improved_not_selected")
         elif pending.index is not None:
             screened.proposal.parent_program_ids = [pending.index]
             queued.append(screened.proposal)
@@ -347,7 +351,7 @@ class AsyncSchedule:
         """Pipelines started from now on take ``proposal``'s candidate, being validated, as their parent."""
         with self.lock:
             if id(proposal) not in self.pending:
-                self.pending[id(proposal)] = _Pending(proposal, stand_in=proposal.parent_program_ids[0])
+                self.pending[id(proposal)] = _Pending(proposal, dict(proposal.candidate), proposal.parent_program_ids[0])
             self.latest = self.pending[id(proposal)]
 
     def _waves(self, rollouts: int) -> int:
@@ -360,10 +364,11 @@ class AsyncSchedule:
         # consistent prefix of the pool (the newest candidate may not be among them yet).
         selected = selected_within(self.parts.selection, batch, self.state, self.acceptance, reservation.validations)
         with self.lock:
+            if self.latest is not None and any(self.latest.proposal is p for p in batch) and (
+                    self.latest.proposal.candidate != self.latest.candidate or not selected):
+                self.latest = None  # it will not be validated as it was: pipelines take their parents from the pool
             if selected:  # pipelines started from now on build on the candidate this validation is most sure of
                 self._building_on(max(selected, key=improvement))
-            elif self.latest is not None and any(self.latest.proposal is p for p in batch):
-                self.latest = None  # it will not be validated: pipelines take their parents from the pool again
             self.guard.release(reservation, (reservation.validations - len(selected)) * self.guard.valset_size)
             self.guard.commit(reservation)
             discovered_at = self.state.total_num_evals
@@ -387,11 +392,13 @@ class AsyncSchedule:
             for proposal, index in self.windows.join(validated):
                 if (pending := self.pending.pop(id(proposal), None)) is not None:
                     pending.index = index
+                    self.latest = None if self.latest is pending else self.latest
                     for child in pending.waiting:
                         child.parent_program_ids = [index]
-                    released.extend(pending.waiting)
-                    if self.latest is pending:
-                        self.latest = None
+                    if proposal.candidate == pending.candidate:
+                        released.extend(pending.waiting)
+                    else:  # the merge rewrote it after they started: what they were rewritten from never joined
+                        self._orphaned(pending, "the candidate it was rewritten from changed before it was validated")
                 if self.crossover is None:
                     continue
                 if proposal.tag == MERGE_TAG:
@@ -401,6 +408,12 @@ class AsyncSchedule:
             for proposal in [*validated.selected, *validated.passed_over]:  # not joined: no one builds on it
                 if (pending := self.pending.pop(id(proposal), None)) is not None:
                     self.latest = None if self.latest is pending else self.latest
-                    for child in pending.waiting:
-                        self.windows.rejected(child, "its parent was not validated", "improved_not_selected")
+                    self._orphaned(pending, "the candidate it was rewritten from was not validated")
         return released
+
+    def _orphaned(self, pending: _Pending, reason: str) -> None:
+        """Improving children of a candidate that did not join the pool as they saw it: none can be validated."""
+        pending.orphaned = reason
+        for child in pending.waiting:
+            self.windows.rejected(child, reason, "improved_not_selected")
+        pending.waiting.clear()
