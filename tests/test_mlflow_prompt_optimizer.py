@@ -220,11 +220,11 @@ def test_never_over_budget_where_mlflows_gepa_overshoots(store: str, budget: int
 
 
 @pytest.mark.parametrize(("budget", "kwargs", "width"), [
-    (150, {}, 6), (150, {"n": 2}, 6), (150, {"p": "auto"}, 2), (60, {}, 2)])
+    (300, {}, 6), (150, {}, 4), (150, {"n": 2}, 4), (150, {"p": "auto"}, 2), (90, {}, 2)])
 def test_by_default_one_pipeline_runs_per_row_in_flight(store: str, budget: int, kwargs: dict[str, Any],
                                                           width: int) -> None:
-    """P·N fills the 6 rows in flight, within what leaves the budget three validation windows: at B = 60 that is
-    (60 / 3 − |val| 6) / 2m = 2. ``p="auto"`` is BatchedGEPA's seven-window rule: (150 / 7 − 6) // 6 = 2."""
+    """P·N fills the 6 rows in flight, within what leaves the budget five validation windows: at B = 150 that is
+    (150 / 5 − |val| 6) / 2m = 4, at B = 90 2. ``p="auto"`` is BatchedGEPA's seven-window rule: (150 / 7 − 6) // 6 = 2."""
     task = Task(f"width-{budget}-{'-'.join(map(str, kwargs.values())) or 'default'}", rows=6)
     ours = optimizer(budget, num_threads=6, **kwargs)
     task.optimize(ours)
@@ -237,7 +237,7 @@ def test_proposals_are_screened_on_gepa_optimizes_minibatch_unless_given(store: 
     """gepa.optimize's 3 rows, as MLflow's optimizer screens, not BatchedGEPA's quarter of |val| (which at MLflow's
     budgets leaves too few validations): here 24 rows, where a quarter would be 6."""
     task = Task(f"minibatch-{minibatch}", rows=24)
-    ours = optimizer(200, num_threads=6, gepa_kwargs=gepa_kwargs)
+    ours = optimizer(300, num_threads=6, gepa_kwargs=gepa_kwargs)
     task.optimize(ours)
     assert ours.last_run["minibatch"] == minibatch
     assert ours.last_run["p"] > 1  # proposals side by side, where BatchedGEPA's default would screen on 6

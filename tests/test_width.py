@@ -40,11 +40,12 @@ def test_the_auto_width_is_the_pool_capped_by_the_budget(workers, budget, val_si
 
 
 @pytest.mark.parametrize(("workers", "budget", "expected"), [
-    (10, 300, 10),   # MLflow's evaluation width at B = 300, |val| = 30: (300/3 - 30)/6 = 11 would fit, the pool is 10
-    (64, 300, 11),   # a pool far wider than the budget: the three windows' cap, not one window of 64
+    (10, 300, 5),    # MLflow's evaluation width at B = 300, |val| = 30: (300/5 - 30)/6 = 5 fit, the pool has 10
+    (64, 300, 5),    # a pool far wider than the budget: the five windows' cap, not one window of 64
+    (64, 900, 25),   # a larger budget: (900/5 - 30)/6 = 25
     (10, 100, 1),    # MLflow's default budget buys little beside a 30-row validation
 ])
-def test_the_prompt_width_leaves_three_windows(workers, budget, expected):
+def test_the_prompt_width_leaves_five_windows(workers, budget, expected):
     shape = RunShape(workers=workers, budget=budget, val_size=30, minibatch_size=3)
     assert auto_width(shape, PROMPT_VALIDATION_WINDOWS) == expected
     assert auto_width(shape) <= expected  # BatchedGEPA's seven windows: never wider

@@ -41,13 +41,14 @@ AUTO = "auto"
 # Windows (≈ generations) the budget must buy at the chosen width; see the module docstring.
 MIN_VALIDATION_WINDOWS = 7
 
-# The windows BatchedGepaPromptOptimizer's default width leaves (one pipeline per row in flight, within them). Five
-# was narrow at MLflow's budgets (screened on 3): at B = 300, |val| = 30, W = 10 it ran 5 wide and scored 0.06 below MLflow's own
-# GEPA optimizer on depth (10 seeds), where 10 wide (three windows' cap: 11) scored as high (seeds 0-9 run twice,
-# so 10 independent seeds: −0.005 on depth, +0.018 on breadth), higher on held-out on both, and ran sooner
-# (docs/benchmark-log.md, "MLflow prompt optimization, before the bill"). The
+# The windows BatchedGepaPromptOptimizer's default width leaves (one pipeline per row in flight, within them): at
+# B = 300, |val| = 30, W = 10, five windows run 5 wide. Since pipelines started beside a validation build on its
+# candidate (docs/benchmark-log.md, "Building on the candidate in validation"), 5 wide scored above 10 wide (three
+# windows) against MLflow's own GEPA optimizer on every landscape, 10 seeds each: final −0.013 / +0.067 / −0.150
+# (depth, breadth, chain) against −0.027 / +0.000 / −0.240, at 2.3-3.7× MLflow's speed instead of 2.7-4.8× and
+# 2.0× its reflection calls instead of 2.4-2.5×. (Before that change 5 wide scored 0.06 below 10 wide on depth.) The
 # cap keeps a pool much wider than the budget (W = 64 at B = 300) from spending it all in one window.
-PROMPT_VALIDATION_WINDOWS = 3
+PROMPT_VALIDATION_WINDOWS = 5
 
 # The minibatch reflection reads, dspy.GEPA's reflection_minibatch_size default: at one proposal at a time it is also
 # the minibatch each proposal is screened on.
