@@ -290,9 +290,9 @@ class SiblingMerge:
         # The base: the pool's best, or on a tie for it, the first improving child's own parent (the candidate its
         # lessons were learned on, often the newest of those tied).
         current = [p for p in improving if ties_the_best(state, p.parent_program_ids[0])]
-        best = current[0].parent_program_ids[0] if current else best_program(state)
+        base = current[0].parent_program_ids[0] if current else best_program(state)
         try:
-            merged = self.merge(improving, parents, state.program_candidates[best])
+            merged = self.merge(improving, parents, state.program_candidates[base])
         except MergeUnwritten as unread:
             self.degraded = True
             logger.warning("The sibling merge's reply could not be read (%s): from now on the run searches one "
@@ -315,7 +315,7 @@ class SiblingMerge:
         carrier = improving[1] if keep_best else improving[0]
         sources = [p.metadata.get("proposal_id") for p in improving]
         carrier.candidate = merged
-        carrier.parent_program_ids = list(dict.fromkeys([best, *(i for p in improving for i in p.parent_program_ids)]))
+        carrier.parent_program_ids = list(dict.fromkeys([base, *(i for p in improving for i in p.parent_program_ids)]))
         carrier.tag = MERGE_TAG
         carrier.metadata = {**(carrier.metadata or {}), "merged_from": sources}
         return [improving[0], carrier] if keep_best else [carrier]
