@@ -43,11 +43,12 @@ class Heard:
 @pytest.mark.parametrize("schedule", ["steps", "async"])
 def test_the_crossover_runs_on_a_two_predictor_program_within_budget(schedule):
     """Children validated one by one (``selection="all"``) leave the branches a crossover joins; the sibling merge,
-    which folds them into the pool's best, leaves it fewer to join."""
+    which folds them into the pool's best, leaves it fewer to join. (Pipelines started beside a validation build on
+    its candidate, so the async schedule branches less: 1000 calls leave it room to branch.)"""
     train, val, _ = sim.make_splits(seed=2, train=60, val=16, test=1)
     heard = Heard()
     with dspy.context(lm=sim.SimulatedLM(landscape="breadth")):
-        result = BatchedGEPA(metric=sim.metric, p=4, n=1, max_metric_calls=700, num_threads=8, schedule=schedule,
+        result = BatchedGEPA(metric=sim.metric, p=4, n=1, max_metric_calls=1000, num_threads=8, schedule=schedule,
                              selection="all", reflection_lm=sim.SimulatedLM(landscape="breadth"),
                              gepa_kwargs={"callbacks": [heard]},
                              seed=1, max_merge_invocations=3).compile(Router(), trainset=train, valset=val
@@ -58,7 +59,7 @@ def test_the_crossover_runs_on_a_two_predictor_program_within_budget(schedule):
         assert len(heard.accepted) <= 3
     for index in heard.accepted:  # a crossover joins the pool with both its parents
         assert len(result.parents[index]) == 2
-    assert result.total_metric_calls <= 700
+    assert result.total_metric_calls <= 1000
 
 
 def test_without_use_merge_no_crossover_is_tried():
