@@ -19,7 +19,7 @@ from tests.zoo.lm import ZooLM
 from tests.zoo.shapes import SHAPES
 
 # p="auto" on 4 workers with |val| = 5 at this budget runs several proposals at once (tests/test_zoo.py).
-MAX_METRIC_CALLS = 300
+MAX_METRIC_CALLS = 400
 SHAPE_NAMES = ("predict", "two_stage", "chain_of_thought", "per_predictor_lms")
 # What only our own prompts ask for (the sibling merge in both its forms) and DSPy's own reflection prompt.
 OURS_OR_DSPYS = ("merged_instruction", "The improving rewrites:", "new_instruction")
