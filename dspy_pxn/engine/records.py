@@ -23,7 +23,6 @@ from dspy_pxn.engine.events import Phase, StepListener, override
 from dspy_pxn.ledger.budget import RunShape
 from dspy_pxn.ledger.caps import RunCaps
 from dspy_pxn.ledger.ledger import RunLedger, Tally, UsageTotals
-from dspy_pxn.ledger.pace import RunPace
 from dspy_pxn.pools import WorkerPool
 
 logger = logging.getLogger(__name__)
@@ -219,14 +218,13 @@ class StepRecorder(StepListener):
         shape: RunShape,
         pool: WorkerPool,
         ledger: RunLedger,
-        pace: RunPace,
         sinks: Sequence[Callable[[StepRecord], None]] = (),
         schedule: str = "steps",
         caps: RunCaps | None = None,
     ):
         self.p, self.n, self.shape, self.schedule = p, n, shape, schedule
         self.pool = pool
-        self.ledger, self.pace, self.caps = ledger, pace, caps
+        self.ledger, self.caps = ledger, caps
         self.sinks = list(sinks)
         self.steps: list[StepRecord] = []
         self._lock = threading.Lock()
@@ -297,15 +295,15 @@ class StepRecorder(StepListener):
 
     def end(self, state: GEPAState) -> StepRecord:
         """The step is over: its record goes to ``steps`` and to every sink."""
-        wall = self.pace.elapsed() - self._t0
+        wall = self.ledger.elapsed() - self._t0
         busy = self.pool.busy_seconds() - self._busy0
         scores = state.program_full_scores_val_set
         total = self.ledger.tally()
         step = total.since(self._tally0)
         self._recorded = total
-        time_left = self.pace.time_left(
-            state.total_num_evals, self.shape.budget, self.ledger.spent_usd()[0], self.caps.usd_left() if self.caps else None,
-            self.caps.seconds_left() if self.caps else None)
+        time_left = self.ledger.time_left(state.total_num_evals, self.shape.budget,
+                                          self.caps.usd_left() if self.caps else None,
+                                          self.caps.seconds_left() if self.caps else None)
         record = StepRecord(
             step=state.i + 1,  # gepa's iteration number, so a resumed run continues the numbering
             kind=self._kind,
@@ -327,7 +325,7 @@ class StepRecorder(StepListener):
             reflection_s=self._phase_s.get("reflection", 0.0),
             screening_s=self._phase_s.get("screening", 0.0),
             validation_s=self._phase_s.get("validation", 0.0),
-            rollouts=self.pace.rollouts - self._rollouts0,
+            rollouts=self.ledger.rollouts - self._rollouts0,
             rollout_failures=self._rollout_failures,
             reflection_failures=self._reflection_failures,
             worker_utilisation=busy / (self.pool.num_workers * wall) if wall > 0 else 0.0,
@@ -362,11 +360,11 @@ class StepRecorder(StepListener):
 
     def start(self, state: GEPAState | None) -> None:
         """A step begins: everything heard from now on is its."""
-        self._t0, self._started_at = self.pace.elapsed(), self.pace.now_epoch()  # the run's one clock
+        self._t0, self._started_at = self.ledger.elapsed(), self.ledger.now_epoch()  # the run's one clock
         self._busy0 = self.pool.busy_seconds()
         self._calls0 = state.total_num_evals if state is not None else 0
         if state is not None:
-            self.pace.steps_begin(state.total_num_evals)  # the seed's validation (or a resumed run's calls) before
+            self.ledger.steps_begin(state.total_num_evals)  # the seed's validation (or a resumed run's calls) before
         self._kind = "reflective"
         self._phase_s: dict[str, float] = {}
         self._width = 0
@@ -378,7 +376,7 @@ class StepRecorder(StepListener):
         # across steps (the asynchronous schedule), a call billed before the event that opens the next step
         # belongs to that step, and the records' calls and dollars add up to the run's.
         self._tally0 = self._recorded or Tally()  # the first record's: everything since the run began (the seed's)
-        self._rollouts0 = self.pace.rollouts  # the step's rollouts are the run's since (one keeper: the pace)
+        self._rollouts0 = self.ledger.rollouts  # the step's rollouts are the run's since (one keeper: the ledger)
         self._rollout_failures = 0
         self._reflection_failures = 0
         self._sibling_merged = 0

@@ -40,7 +40,6 @@ from dspy_pxn.ledger import feed, limiter
 from dspy_pxn.ledger.budget import BudgetGuard, RunShape
 from dspy_pxn.ledger.caps import RunCaps
 from dspy_pxn.ledger.ledger import RunLedger
-from dspy_pxn.ledger.pace import RunPace
 from dspy_pxn.ledger.prices import Price, use_bundled_price_maps
 from dspy_pxn.pools import ThreadWorkerPool, WorkerPool
 from dspy_pxn.proposer import selection as selections
@@ -124,27 +123,27 @@ class Run:
         tracked_run: TrackedRun | None = None
         try:
             stack.enter_context(self.target.around_search())
-            ledger, pace = RunLedger(self.prices, earlier_usd=self.earlier_usd, stop=self.guard.stop), RunPace()
-            caps = (RunCaps(ledger, settings.max_cost_usd, settings.max_reflection_cost_usd, settings.max_wall_s, pace)
+            ledger = RunLedger(self.prices, earlier_usd=self.earlier_usd, stop=self.guard.stop)
+            caps = (RunCaps(ledger, settings.max_cost_usd, settings.max_reflection_cost_usd, settings.max_wall_s)
                     if self.description.caps else None)
             tracker = effective_tracker(settings.tracker)
             tracked_run = start_tracked_run(tracker, self.description, log_dir=settings.log_dir, ledger=ledger)
             log_dir = settings.log_dir or (tracked_run.log_dir if tracked_run is not None else None)
             step_log = StepLog(log_dir) if log_dir is not None else None
             recorder = StepRecorder(
-                self.p, self.n, self.shape, pool, ledger, pace, schedule=self.schedule, caps=caps,
+                self.p, self.n, self.shape, pool, ledger, schedule=self.schedule, caps=caps,
                 sinks=[*([step_log] if step_log else []), *([tracked_run.on_step] if tracked_run else []),
                        *(c.on_step_record for c in settings.callbacks if callable(getattr(c, "on_step_record", None)))],
             )
-            events = StepEvents([pace, recorder], stop=ledger.stop)
+            events = StepEvents([ledger, recorder], stop=ledger.stop)
             adapter = self.target.adapter(settings, pool, events, self.reflection_examples)
             if self.saved_state is not None:
                 self._resume(adapter, recorder, step_log)
             checks.warn_if_no_timeout("reflection", self.reflection_lm)
             run_lms = (self.reflection_lm, *self.target.lms())
             with caps_gate.installed(caps), limiter.installed(settings.lm_limiter), feed.feeding(ledger, run_lms):
-                pace.start(pool.num_workers, ledger.spent_usd()[0])  # the run's clock: the deadline counts from now
-                yield Live(pool, ledger, caps, pace, tracked_run, recorder, events, adapter,
+                ledger.start(pool.num_workers)  # the run's clock: the deadline counts from now
+                yield Live(pool, ledger, caps, tracked_run, recorder, events, adapter,
                            gepa_callbacks=[*(tracked_run.gepa_callbacks if tracked_run else []), *settings.callbacks])
         except BaseException as error:
             if tracked_run is not None:
@@ -190,9 +189,8 @@ class Live:
     """A prepared run's parts while it runs; ``Run.resources`` starts and closes them."""
 
     pool: WorkerPool
-    ledger: RunLedger  # the run's LM calls, tokens and dollars, and its stop signal
+    ledger: RunLedger  # the run's LM calls, tokens, dollars and pace (its one clock), and its stop signal
     caps: RunCaps | None  # the dollar and time caps every LM call of the search passes
-    pace: RunPace  # rollouts and reflections so far, and how long they took (since the search began: ``started``)
     tracked_run: TrackedRun | None
     recorder: StepRecorder  # one StepRecord per step, to the step log, the user's sinks and the tracked run
     events: StepEvents  # the step events, heard by the recorder (and whatever a schedule adds)

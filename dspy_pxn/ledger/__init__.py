@@ -1,12 +1,12 @@
 """A run's accounting, in one place: its LM calls and dollars, and every budget that bounds it.
 
-    ledger.RunLedger     the run's LM calls, attempts, retries, failures, tokens and dollars; its stop signal
+    ledger.RunLedger     the run's LM calls, attempts, retries, failures, tokens and dollars; its pace and clock
+                         (rollouts and reflections so far, how long they took, the time left); its stop signal
     feed                 how each LM call reaches the ledger (one callback at the run's LMs, DSPy's retry loop)
     prices               what a call costs, and the most it can cost before it is made
     budget.BudgetGuard   the metric-call budget: exact, reserved before work starts
     caps.RunCaps         the dollar and deadline budgets: the gate every LM call passes
     remote               a share of those caps for work sent to another process (a Ray actor)
-    pace.RunPace         rollouts and reflections so far, how long they took, the time left at that pace
     limiter              at most K LM calls in progress at once
 """
 

@@ -29,7 +29,6 @@ from dspy.utils.callback import BaseCallback
 
 from dspy_pxn.checks import ArgumentError
 from dspy_pxn.ledger.ledger import REFLECTING, RunLedger
-from dspy_pxn.ledger.pace import RunPace
 from dspy_pxn.ledger.prices import (
     FREE,
     Price,
@@ -83,12 +82,11 @@ class RunCaps(BaseCallback):
     """
 
     def __init__(self, ledger: RunLedger, max_cost_usd: float | None, max_reflection_cost_usd: float | None,
-                 max_wall_s: float | None, pace: RunPace | None = None,
+                 max_wall_s: float | None,
                  tokens_per_byte: Mapping[str, float] | None = None):
         self.ledger, self.stop = ledger, ledger.stop
         self.max_cost_usd, self.max_reflection_cost_usd, self.max_wall_s = (
             max_cost_usd, max_reflection_cost_usd, max_wall_s)
-        self.pace = pace or RunPace()
         self.lock = threading.Lock()
         self.settled = threading.Condition(self.lock)  # work in flight settled: a waiting call or map may fit
         self.reserved = self.reflection_reserved = 0.0
@@ -104,8 +102,8 @@ class RunCaps(BaseCallback):
 
     # -- the run's bounds ------------------------------------------------------------
     def seconds_left(self) -> float | None:
-        """Seconds before the deadline, on the run's one clock (the pace's: the search began when it started)."""
-        return None if self.max_wall_s is None else max(0.0, self.max_wall_s - self.pace.elapsed())
+        """Seconds before the deadline, on the run's one clock (the ledger's: the search began when it started)."""
+        return None if self.max_wall_s is None else max(0.0, self.max_wall_s - self.ledger.elapsed())
 
     def usd_left(self) -> float | None:
         return None if self.max_cost_usd is None else max(0.0, self.max_cost_usd - self.ledger.spent_usd()[0])
@@ -196,7 +194,7 @@ class RunCaps(BaseCallback):
         self.release(worst, reflection)
 
     def _past_deadline(self) -> bool:
-        return self.max_wall_s is not None and self.pace.elapsed() >= self.max_wall_s
+        return self.max_wall_s is not None and self.ledger.elapsed() >= self.max_wall_s
 
     def _worst_case(self, lm: Any, size: int, inputs: Mapping[str, Any]) -> float:
         model = str(getattr(lm, "model", ""))
@@ -234,9 +232,9 @@ class RunCaps(BaseCallback):
         mean cost per rollout and per reflection so far (nothing measured yet: none). Planning at the mean,
         not the worst case, spends the budget; the gate still holds every call to its worst case, so the
         run never spends more, and at worst the last pieces of work are cut short."""
-        tally, pace = self.ledger.tally(), self.pace
-        per_rollout = tally.task_usd / pace.rollouts if pace.rollouts else 0.0
-        for_reflections = reflections * (tally.reflection_usd / pace.reflections if pace.reflections else 0.0)
+        ledger, tally = self.ledger, self.ledger.tally()
+        per_rollout = tally.task_usd / ledger.rollouts if ledger.rollouts else 0.0
+        for_reflections = reflections * (tally.reflection_usd / ledger.reflections if ledger.reflections else 0.0)
         with self.lock:
             return self._over(rollouts * per_rollout + for_reflections, for_reflections)
 
@@ -246,7 +244,7 @@ class RunCaps(BaseCallback):
         seconds_left = self.seconds_left()
         if seconds_left is None:
             return True
-        return rollout_waves * self.pace.wave_s() + reflections_in_series * self.pace.reflection_s() <= seconds_left
+        return rollout_waves * self.ledger.wave_s() + reflections_in_series * self.ledger.reflection_s() <= seconds_left
 
 
 @contextmanager

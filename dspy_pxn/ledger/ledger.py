@@ -3,9 +3,12 @@
 It hears each call from two places DSPy already has: its start, attempts and end from the run's
 one LM callback (``feed``), and its billed usage as DSPy's ``usage_tracker``, which DSPy hands every
 billed call's usage while the call is in progress. It is the only place a call is priced, then, so
-a dollar cap reading it is never late. The caps, step records, progress line, tracking, result and
-resume all read it; a step's share is ``tally().since(previous)``. Its ``stop`` (``RunStop``) is the
-run's one signal that it is over; then the ledger is frozen (``search_returned``).
+a dollar cap reading it is never late. It also keeps the run's pace and its one clock (the step
+events' rollouts and reflections, how long they took): the deadline, the caps' plans and each step
+record's time left read the same numbers, so none can disagree. The caps, step records, progress
+line, tracking, result and resume all read it; a step's share is ``tally().since(previous)``. Its
+``stop`` (``RunStop``) is the run's one signal that it is over; then the ledger is frozen
+(``search_returned``).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import threading
+import time
 from collections import defaultdict
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -20,6 +24,7 @@ from typing import Any
 import dspy
 from dspy.utils.usage_tracker import UsageTracker
 
+from dspy_pxn.engine.events import Phase, StepListener, override
 from dspy_pxn.ledger.prices import Price, billed_tokens, token_prices
 
 logger = logging.getLogger(__name__)
@@ -31,6 +36,7 @@ REFLECTING = "dspy_pxn_reflecting"
 # not hear start is the program's unheld LM only there, not a metric's judge or a custom proposer's own LM. A DSPy
 # setting, not a context variable, so it reaches the threads a program's ``dspy.Parallel`` starts.
 RUNNING_PROGRAM = "dspy_pxn_running_program"
+RECENT = 50  # the pace's medians read the latest this many measurements: a run's latency drifts
 
 
 @dataclass(frozen=True)
@@ -219,11 +225,13 @@ class BilledTracker(UsageTracker):
         return self
 
 
-class RunLedger(BilledTracker):
-    """The run's LM calls and dollars; DSPy's usage tracker for the run, fed once per call by ``feed``.
+class RunLedger(BilledTracker, StepListener):
+    """The run's LM calls, dollars and pace; DSPy's usage tracker for the run, fed once per call by ``feed``,
+    and a listener of its step events (every batch of rollouts, every reflection).
 
     ``prices``: models priced before the run (a dollar cap checks them all); others are looked up on
     their first billed call. ``earlier_usd``: dollars (all, reflection) a resumed run had spent before.
+    The clock runs from construction until ``start`` restarts it when the search begins.
     """
 
     def __init__(self, prices: dict[str, Price | None] | None = None, *, earlier_usd: tuple[float, float] = (0.0, 0.0),
@@ -237,6 +245,14 @@ class RunLedger(BilledTracker):
         self._open: dict[str, Call] = {}
         self._tally = Tally()
         self._handed_up_later = 0  # ended calls whose usage a program's own tracker will hand up (``Call``)
+        self.workers = 1  # the pool's W, for the rounds a batch of rollouts takes
+        self.started, self.started_epoch = time.perf_counter(), time.time()
+        self.rollouts = self.reflections = 0
+        self._batches = 0
+        self._wave_s: list[float] = []
+        self._reflection_s: list[float] = []
+        self._metric_calls0: int | None = None  # spent when the search began (the seed, or a resumed run's)
+        self._usd0 = 0.0
 
     # -- a call's life, told by the feed ------------------------------------------------------------
     def call_started(self, call_id: str, model: str) -> None:
@@ -336,6 +352,76 @@ class RunLedger(BilledTracker):
                 call.abandoned = True
             self._tally = replace(self._tally, abandoned=self._tally.abandoned + len(self._open))
             self._open.clear()
+
+
+    # -- the pace: rollouts and reflections, how long they took, the time left -------------------------
+    def start(self, workers: int) -> None:
+        """The search begins on a pool of ``workers``: its clock starts now (what it spent before, a resumed
+        run's dollars, is not its pace)."""
+        self.workers, self._usd0 = workers, self.spent_usd()[0]
+        self.started, self.started_epoch = time.perf_counter(), time.time()
+
+    def elapsed(self) -> float:
+        """Seconds since the search began: the run's one clock."""
+        return time.perf_counter() - self.started
+
+    def now_epoch(self) -> float:
+        """The run's clock as a Unix time (what a step record's ``started_at`` says)."""
+        return self.started_epoch + self.elapsed()
+
+    def steps_begin(self, metric_calls: int) -> None:
+        """The first step begins with this many metric calls spent (the seed's validation, a resumed run's)."""
+        if self._metric_calls0 is None:
+            self._metric_calls0 = metric_calls
+
+    @override
+    def evaluated(self, phase: Phase, seconds: float, rollouts: int, failures: int) -> None:
+        with self._lock:
+            self.rollouts += rollouts
+            self._batches += 1
+            if rollouts and self._batches > 1:  # the first batch pays the run's one-off costs (imports, connections)
+                self._wave_s.append(seconds / -(-rollouts // self.workers))  # a batch wider than the pool: waves
+
+    @override
+    def reflected(self, seconds: float, jobs: int, failed: int) -> None:
+        with self._lock:
+            self.reflections += jobs
+            self._reflection_s.append(seconds)
+
+    def wave_s(self) -> float:
+        """The median seconds one wave of rollouts (one per worker) takes; 0 before any was measured."""
+        return _median(self._wave_s)
+
+    def reflection_s(self) -> float:
+        return _median(self._reflection_s)
+
+    def time_left(self, metric_calls: int, budget: int, usd_left: float | None,
+                  seconds_left: float | None) -> tuple[float | None, str | None]:
+        """Seconds until the first budget binds at the pace this compile has kept, and that budget's name: the
+        metric calls left at the calls a second so far, the dollars left (``usd_left``, None: no cap) at the
+        dollars a second so far, the deadline's own ``seconds_left``."""
+        elapsed = self.elapsed()
+        if elapsed <= 0:
+            return None, None
+        estimates: dict[str, float] = {}
+        if (calls := metric_calls - (self._metric_calls0 or 0)) > 0:
+            estimates["max_metric_calls"] = max(0, budget - metric_calls) * elapsed / calls
+        spent = self.spent_usd()[0] - self._usd0
+        if usd_left is not None and spent > 0:
+            estimates["max_cost_usd"] = usd_left * elapsed / spent
+        if seconds_left is not None:
+            estimates["max_wall_s"] = seconds_left
+        if not estimates:
+            return None, None
+        first = min(estimates, key=estimates.__getitem__)
+        return estimates[first], first
+
+
+def _median(values: list[float]) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values[-RECENT:])
+    return ordered[len(ordered) // 2]
 
 
 # How many of a run's metric calls may go without an LM call before the run says the cache answered them.

@@ -103,7 +103,7 @@ class Windows(StepListener):
         state.add_budget_hook(lambda total, delta: self._tell("on_budget_updated", BudgetUpdatedEvent(
             iteration=state.i + 1, metric_calls_used=total, metric_calls_delta=delta,
             metric_calls_remaining=max(0, budget - total))))
-        live.events.add(self, before=live.pace)  # a window starts before anything counts in it
+        live.events.add(self, before=live.ledger)  # a window starts before anything counts in it
         return state
 
     def close(self, unvalidated: Sequence[CandidateProposal]) -> None:

@@ -104,7 +104,7 @@ class PromptTarget:
         subscores = list(getattr(gepa_result, "val_aggregate_subscores", None) or [])
         self.details = {"metric_calls": gepa_result.total_metric_calls, "budget": run.shape.budget,
                         "candidates": len(gepa_result.candidates), "steps": len(live.recorder.steps),
-                        "wall_s": live.pace.elapsed(), "stopped_by": stopped_by, "p": run.p, "n": run.n,
+                        "wall_s": live.ledger.elapsed(), "stopped_by": stopped_by, "p": run.p, "n": run.n,
                         "minibatch": run.minibatch_size, "schedule": run.schedule, "num_workers": live.pool.num_workers,
                         "best_idx": best, "val_aggregate_scores": scores}
         return PromptOptimizerOutput(

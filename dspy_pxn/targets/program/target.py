@@ -107,7 +107,7 @@ class ProgramTarget:
     def result(self, run: Run, gepa_result: GEPAResult, live: Live, stopped_by: str) -> Module:
         """The best program, as dspy.GEPA returns it, with ``detailed_results`` when ``track_stats``."""
         settings = run.settings
-        wall_s, tally = live.pace.elapsed(), live.ledger.tally()
+        wall_s, tally = live.ledger.elapsed(), live.ledger.tally()
         program = live.adapter.build_program(gepa_result.best_candidate)
         feed.leave_unfed(program)
         if tally.unheld:  # their dollars count; their calls and retries cannot be heard
