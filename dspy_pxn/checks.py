@@ -50,11 +50,8 @@ logger = logging.getLogger(__name__)
 
 
 class ArgumentError(ValueError, AssertionError):
-    """A bad argument that dspy.GEPA reports with a bare ``assert``.
-
-    It is a ValueError naming the argument and the fix, and also an AssertionError, so
-    code written for dspy.GEPA (``except AssertionError``) keeps catching it.
-    """
+    """A bad argument that dspy.GEPA reports with a bare ``assert``: a ValueError naming the argument and the fix,
+    and also an AssertionError, so code written for dspy.GEPA (``except AssertionError``) keeps catching it."""
 
 
 def positive_int(name: str, value: Any, hint: str = "", *, or_none: bool = False) -> Any:
@@ -78,22 +75,16 @@ def positive_number(name: str, value: Any, hint: str = "") -> float | None:
 
 def at_most_one_budget(auto: str | None, max_full_evals: int | None, max_metric_calls: int | None) -> None:
     """None given is allowed (the run then uses auto='light'); two are a contradiction."""
-    given = {
-        name: value
-        for name, value in (("auto", auto), ("max_full_evals", max_full_evals), ("max_metric_calls", max_metric_calls))
-        if value is not None
-    }
+    named = (("auto", auto), ("max_full_evals", max_full_evals), ("max_metric_calls", max_metric_calls))
+    given = {name: value for name, value in named if value is not None}
     if len(given) > 1:
-        raise ArgumentError(
-            "Set one budget: max_metric_calls=<int>, max_full_evals=<int>, or auto='light'|'medium'|'heavy'"
-            f" (got {given}); with none, the run uses auto='light'."
-        )
+        raise ArgumentError("Set one budget: max_metric_calls=<int>, max_full_evals=<int>, or "
+                            f"auto='light'|'medium'|'heavy' (got {given}); with none, the run uses auto='light'.")
     if auto is not None and auto not in ("light", "medium", "heavy"):
         raise ValueError(f"auto must be 'light', 'medium' or 'heavy', got {auto!r}.")
-    if max_full_evals is not None:
-        positive_int("max_full_evals", max_full_evals)
-    if max_metric_calls is not None:
-        positive_int("max_metric_calls", max_metric_calls)
+    for name, value in named[1:]:  # the two numeric budgets
+        if value is not None:
+            positive_int(name, value)
 
 
 def dataset(name: str, examples: Sequence[Any] | None) -> list[dspy.Example]:
@@ -105,9 +96,8 @@ def dataset(name: str, examples: Sequence[Any] | None) -> list[dspy.Example]:
         try:
             inputs = example.inputs()
         except ValueError:
-            raise ValueError(
-                f"{name}[{index}] has no input fields declared; build it with dspy.Example(...).with_inputs('question')."
-            ) from None
+            raise ValueError(f"{name}[{index}] has no input fields declared; build it with "
+                             "dspy.Example(...).with_inputs('question').") from None
         if len(inputs.keys()) == 0:
             raise ValueError(f"{name}[{index}] declares no input fields; call .with_inputs(...) with its input keys.")
     return list(examples)
@@ -117,10 +107,8 @@ def program(student: Any, components: Sequence[str]) -> None:
     if not isinstance(student, dspy.Module):
         raise TypeError(f"student must be a dspy.Module, got {type(student).__name__}.")
     if not components:
-        raise ValueError(
-            "student has nothing to optimize: GEPA rewrites the instructions of dspy.Predict (or "
-            "ChainOfThought, ...) modules inside the program, and the code of dspy.Flex modules."
-        )
+        raise ValueError("student has nothing to optimize: GEPA rewrites the instructions of dspy.Predict (or "
+                         "ChainOfThought, ...) modules inside the program, and the code of dspy.Flex modules.")
 
 
 class BudgetBuysNoValidation(Exception):
@@ -128,11 +116,8 @@ class BudgetBuysNoValidation(Exception):
 
 
 def budget_buys_one_step(max_metric_calls: int, valset_size: int, minibatch_size: int, smallest: int) -> None:
-    """Say so when the budget cannot pay for one step (dspy.GEPA then overspends it to make one).
-
-    The run still runs, never over budget: it validates the seed and returns it; a budget that cannot
-    pay even for that validation returns the program unchanged, with no LM call.
-    """
+    """Say so when the budget cannot pay for one step, which dspy.GEPA overspends it to make; the run still runs,
+    never over budget (``BudgetBuysNoValidation``: not even the seed's validation)."""
     if max_metric_calls < valset_size:
         raise BudgetBuysNoValidation(
             f"A budget of {max_metric_calls} metric calls cannot pay for the seed's validation ({valset_size} "
@@ -153,7 +138,6 @@ _warned_out_of_range: set[int] = set()
 
 
 def describe_example(example: Any, limit: int = 120) -> str:
-    """The example's inputs, short enough for a log line."""
     try:
         text = ", ".join(f"{key}={value!r}" for key, value in example.inputs().items())
     except Exception:  # noqa: BLE001 - describing must never fail a rollout
@@ -165,12 +149,9 @@ _warned_metric_problems: dict[str, weakref.WeakSet] = {}
 
 
 def warn_once_per_metric(metric: Any, kind: str, message: str, *args: Any) -> None:
-    """Warn about a metric's first failure of each kind; later ones go to debug.
-
-    Every such rollout still scores ``failure_score`` and counts in its step's
-    ``rollout_failures``; a metric that fails on every seed rollout stops the run
-    (``adapter.metric_fails_everywhere``), so one line per kind is enough to see it.
-    """
+    """Warn about a metric's first failure of each kind; later ones go to debug: every such rollout still scores
+    ``failure_score`` and counts in its step's ``rollout_failures``, and a metric that fails on every seed rollout
+    stops the run (``adapter.metric_fails_everywhere``), so one line per kind is enough to see it."""
     warned = _warned_metric_problems.setdefault(kind, weakref.WeakSet())
     try:
         if metric in warned:
@@ -184,8 +165,7 @@ def warn_once_per_metric(metric: Any, kind: str, message: str, *args: Any) -> No
 
 
 def score_of(outcome: Any) -> Any:
-    """A GEPA metric's score: the number it returned, or the ``score`` of the dspy.Prediction (or other
-    object with a ``score``) it returned."""
+    """A GEPA metric's score: the number it returned, or the ``score`` of the object (a dspy.Prediction) it returned."""
     return getattr(outcome, "score", outcome)
 
 
@@ -207,13 +187,10 @@ def real_number(value: Any) -> float | None:
 
 
 def scored(outcome: Any, metric: Any = None) -> tuple[Any, str | None]:
-    """A metric's return value with its score converted to a float once, and None; or why it has no score.
-
-    Accepted: a real number (``real_number``), or an object with ``.score`` (dspy.Prediction(score=...,
-    feedback=...)) holding one; a Prediction keeps its feedback and objective scores. Refused (the rollout
-    then scores ``failure_score``): None, NaN/inf, text and other types: gepa would add them up deep in
-    its state (text) or carry NaN into every aggregate.
-    """
+    """A metric's return value (a real number, or a dspy.Prediction that keeps its feedback and objective scores)
+    with its score converted to a float once, and None; or None and why it has no score. None, NaN/inf, text and
+    other types are refused (the rollout then scores ``failure_score``): gepa would add them up deep in its state
+    (text) or carry NaN into every aggregate."""
     raw = score_of(outcome)
     hint = "return a float, or dspy.Prediction(score=<float>, feedback=<str>)"
     if raw is None:
@@ -225,10 +202,9 @@ def scored(outcome: Any, metric: Any = None) -> tuple[Any, str | None]:
         return None, f"returned {raw!r}, not a finite number; {hint}"
     if not 0.0 <= score <= 1.0 and id(metric) not in _warned_out_of_range:
         _warned_out_of_range.add(id(metric))
-        logger.warning(
-            "Metric returned %r, outside [0, 1]: kept as is (once per metric). skip_perfect_score compares "
-            "scores to perfect_score (default 1.0); set perfect_score to your metric's maximum.", score,
-        )
+        logger.warning("Metric returned %r, outside [0, 1]: kept as is (once per metric). skip_perfect_score "
+                       "compares scores to perfect_score (default 1.0); set perfect_score to your metric's maximum.",
+                       score)
     if isinstance(outcome, dspy.Prediction):  # its feedback and objective scores go on with it
         outcome["score"] = score
         return outcome, None
@@ -238,12 +214,11 @@ def scored(outcome: Any, metric: Any = None) -> tuple[Any, str | None]:
 def examples_match_program(student: Any, **datasets: Sequence[Any]) -> None:
     """Every example gives the program's ``forward`` what it names (checked before any LM call).
 
-    Only what dspy.GEPA would fail on too is refused: a ``forward`` that names its parameters
-    (no ``**kwargs``) is called with each example's inputs, so an example that cannot bind to it
-    fails every rollout. A ``forward`` that takes ``**kwargs`` (a program that renames its inputs,
-    a decorator without ``functools.wraps``) or whose signature cannot be read is not guessed at.
-    A student that is itself one of DSPy's predictors reads its signature's input fields, and
-    DSPy's ``Predict`` warns and runs without one: so does this check.
+    Only what dspy.GEPA would fail on too is refused: a ``forward`` that names its parameters (no
+    ``**kwargs``) is called with each example's inputs, so an example that cannot bind to it fails every
+    rollout. A ``forward`` that takes ``**kwargs`` (a program that renames its inputs, a decorator without
+    ``functools.wraps``) or whose signature cannot be read is not guessed at. DSPy's ``Predict`` warns and
+    runs without one of its signature's input fields: for a student that is a predictor, so does this check.
     """
     forward, warned = _forward_signature(student), False
     for name, examples in datasets.items():
@@ -253,11 +228,9 @@ def examples_match_program(student: Any, **datasets: Sequence[Any]) -> None:
                 try:
                     forward.bind(**inputs)
                 except TypeError as error:
-                    raise ValueError(
-                        f"{name}[{index}] does not match the program's forward{forward} ({error}): it declares "
-                        f"inputs {sorted(inputs)}. Build examples with dspy.Example(...).with_inputs(<the names "
-                        "forward takes>)."
-                    ) from None
+                    raise ValueError(f"{name}[{index}] does not match the program's forward{forward} ({error}): it "
+                                     f"declares inputs {sorted(inputs)}. Build examples with "
+                                     "dspy.Example(...).with_inputs(<the names forward takes>).") from None
             elif not warned and (missing := _missing_predictor_inputs(student, inputs)):
                 warned = True
                 logger.warning("%s[%d] declares inputs %s, without %s that %s's signature reads; the run goes on "
@@ -267,8 +240,7 @@ def examples_match_program(student: Any, **datasets: Sequence[Any]) -> None:
 
 
 def _forward_signature(student: Any) -> inspect.Signature | None:
-    """``forward``'s signature when it names every parameter it takes; None when it takes ``**kwargs``
-    or cannot be read."""
+    """None when ``forward`` takes ``**kwargs`` or its signature cannot be read."""
     try:
         # object.__getattribute__: DSPy warns on any `module.forward` access outside __call__.
         signature = inspect.signature(object.__getattribute__(student, "forward"))
@@ -290,10 +262,8 @@ def _missing_predictor_inputs(student: Any, inputs: dict[str, Any]) -> list[str]
 def wandb_installed() -> None:
     """use_wandb hands the run to gepa's Weights & Biases logging, which needs the wandb package."""
     if importlib.util.find_spec("wandb") is None:
-        raise ImportError(
-            "use_wandb=True needs the wandb package, which gepa logs to: pip install wandb. Or track the run "
-            "in MLflow instead, with no extra service: use_mlflow=True."
-        )
+        raise ImportError("use_wandb=True needs the wandb package, which gepa logs to: pip install wandb. Or track "
+                          "the run in MLflow instead, with no extra service: use_mlflow=True.")
 
 
 def writable_dir(name: str, path: str | None) -> None:
@@ -309,10 +279,9 @@ def writable_dir(name: str, path: str | None) -> None:
             handle.write("ok")
         os.remove(probe)
     except OSError as error:
-        raise ValueError(
-            f"{name}={os.fspath(path)!r} is not a writable directory ({type(error).__name__}: {error.strerror or error}). "
-            f"Pass a directory you can write to, or {name}=None to keep no run files."
-        ) from None
+        raise ValueError(f"{name}={os.fspath(path)!r} is not a writable directory ({type(error).__name__}: "
+                         f"{error.strerror or error}). Pass a directory you can write to, or {name}=None to keep no "
+                         "run files.") from None
 
 
 def saved_state_serializable(log_dir: str | None, track_best_outputs: bool, gepa_kwargs: dict[str, Any]
@@ -326,10 +295,9 @@ def saved_state_serializable(log_dir: str | None, track_best_outputs: bool, gepa
     try:
         import cloudpickle  # noqa: F401
     except ImportError:
-        raise ValueError(
-            "track_best_outputs=True with log_dir needs cloudpickle to save the program outputs in gepa's state: "
-            "pip install cloudpickle, or set track_best_outputs=False, or log_dir=None."
-        ) from None
+        raise ValueError("track_best_outputs=True with log_dir needs cloudpickle to save the program outputs in "
+                         "gepa's state: pip install cloudpickle, or set track_best_outputs=False, or log_dir=None."
+                         ) from None
     return {**gepa_kwargs, "use_cloudpickle": True}
 
 
@@ -363,8 +331,6 @@ def warn_if_no_timeout(role: str, lm: Any) -> None:
     if not isinstance(lm, dspy.LM) or lm.kwargs.get("timeout") is not None or id(lm) in _warned_no_timeout:
         return
     _warned_no_timeout.add(id(lm))
-    logger.warning(
-        "The %s LM %s has no timeout: a hung request holds a worker for up to 600 s per attempt on DSPy's native "
-        "engine (6000 s with engine='litellm'). Pass dspy.LM(..., timeout=60) (300-600 s for a slow reflection "
-        "model).", role, lm.model,
-    )
+    logger.warning("The %s LM %s has no timeout: a hung request holds a worker for up to 600 s per attempt on "
+                   "DSPy's native engine (6000 s with engine='litellm'). Pass dspy.LM(..., timeout=60) (300-600 s "
+                   "for a slow reflection model).", role, lm.model)

@@ -1,9 +1,8 @@
 """A BatchedGEPA's arguments, checked once when it is built: all a compile reads of the optimizer.
 
-``BatchedGEPA.__init__`` turns its arguments into one frozen ``Settings``; ``Run.prepare`` and the
-schedules read it, never the optimizer, so the compile does not reach back into the teleprompter
-(nor into the attributes dspy.GEPA keeps for its own compile). What an argument left open (``p="auto"``,
-the schedule, the selection) is decided per compile from the data and the pool, in ``dspy_pxn.engine.run``.
+``Run.prepare`` and the schedules read the frozen ``Settings``, never the optimizer, so the compile does not reach
+back into the teleprompter (nor into the attributes dspy.GEPA keeps for its own compile). What an argument left open
+(``p="auto"``, the schedule, the selection) is decided per compile from the data and the pool (``dspy_pxn.engine.run``).
 """
 
 from __future__ import annotations
@@ -106,18 +105,16 @@ class Settings:
         if a["use_wandb"]:
             checks.wandb_installed()
         if a["reflection_lm"] is None and a["instruction_proposer"] is None and dspy.settings.lm is None:
-            raise checks.ArgumentError(
-                "No reflection LM: pass reflection_lm=dspy.LM('openai/gpt-5-mini', ...) or configure a default "
-                "with dspy.configure(lm=...) before creating BatchedGEPA.")
+            raise checks.ArgumentError("No reflection LM: pass reflection_lm=dspy.LM('openai/gpt-5-mini', ...) or "
+                                       "configure a default with dspy.configure(lm=...) before creating BatchedGEPA.")
         if isinstance(a["pool"], str) and a["pool"] != "ray":
             raise ValueError(f"pool={a['pool']!r} is not understood: pass 'ray', a WorkerPool instance, or None for "
                              "threads.")
         rest = checks.saved_state_serializable(a["log_dir"], a["track_best_outputs"], options.rest)
         no_budget = a["auto"] is None and a["max_full_evals"] is None and a["max_metric_calls"] is None
         schedule = a["schedule"]
-        fields = {name: a[name] for name in _AS_GIVEN}
         return cls(
-            **fields, p=options.p, n=options.n,
+            **{name: a[name] for name in _AS_GIVEN}, p=options.p, n=options.n,
             # None: chosen with the width (dspy_pxn.engine.run.search_plan), which p="auto" knows only at compile.
             selection=selections.checked(options.selection) if options.selection is not None else None,
             schedule=checks.schedule(schedule, use_wandb=a["use_wandb"], loop_only=checks.loop_only_gepa_kwargs(rest))

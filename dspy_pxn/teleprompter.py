@@ -1,11 +1,10 @@
 """BatchedGEPA: dspy.GEPA with P×N proposals per step, one worker pool, an exact budget.
 
-A compile is one story, each line a module (``compile`` below; ``dspy_pxn.engine.run`` tells each move). Two
-choices shape the search, ``schedule`` (``dspy_pxn.schedules``) and ``selection`` (``dspy_pxn.proposer.selection``;
-the *sibling merge* is ``dspy_pxn.proposer.sibling_merge``), both told with BatchedGEPA's arguments, and chosen with
-the width when left open (``dspy_pxn.engine.run.search_plan``). gepa's own ``use_merge=True`` is a different
-thing, called the *crossover* inside this package (on by default, as in dspy.GEPA). Tracking is a
-``Tracker`` handed in (``dspy_pxn.engine.tracker``): this module does not know MLflow.
+A compile is one story, each line a module (``compile`` below; ``dspy_pxn.engine.run`` tells each move). Two choices
+shape the search, ``schedule`` (``dspy_pxn.schedules``) and ``selection`` (``dspy_pxn.proposer.selection``; the
+*sibling merge* is ``dspy_pxn.proposer.sibling_merge``), chosen with the width when left open
+(``dspy_pxn.engine.run.search_plan``). gepa's own ``use_merge=True`` is a different thing, the *crossover* in this
+package. Tracking is a ``Tracker`` handed in (``dspy_pxn.engine.tracker``): this module does not know MLflow.
 """
 
 from __future__ import annotations
@@ -67,12 +66,11 @@ class BatchedGEPA(dspy.GEPA):
         num_threads: W, the one pool every rollout shares: never more rollouts in flight than this.
             Default: ``dspy.settings.num_threads``, as dspy.GEPA. Set it to the concurrency your
             provider allows; cap LM calls separately with ``max_concurrent_lm_calls``.
-        selection: Which improving children are fully validated: ``"all"`` (the paper's
-            AllImprovements), ``"best"``, an int k (the top k), ``"merge"`` (their lessons merged
-            into the pool's best candidate by one reflection call, the sibling merge),
-            ``"merge+best"`` (that merge and the best child), or a gepa ``SelectionStrategy``.
-            Default: ``"all"`` at one proposal per step (dspy.GEPA's), ``"merge"`` above it, which
-            keeps held-out quality at width; ``"all"`` is faster and shallower.
+        selection: Which improving children are fully validated: ``"all"`` (the paper's AllImprovements),
+            ``"best"``, an int k (the top k), ``"merge"`` (their lessons merged into the pool's best candidate
+            by one reflection call, the sibling merge), ``"merge+best"`` (that merge and the best child), or a
+            gepa ``SelectionStrategy``. Default: ``"all"`` at one proposal per step (dspy.GEPA's), ``"merge"``
+            above it, which keeps held-out quality at width; ``"all"`` is faster and shallower.
         reflection_minibatch_size: Training examples each parent and child is screened on (m), all of
             which the reflection reads; each proposal costs 2·m metric calls. Default: 3 at one proposal
             at a time (dspy.GEPA's); above it, 8, of which reflection reads the 3 lowest-scoring: several
@@ -89,8 +87,7 @@ class BatchedGEPA(dspy.GEPA):
         max_merge_invocations: Crossovers per run (with ``use_merge``). Default 5. The asynchronous
             schedule accepts at most this many; gepa's step loop (and so dspy.GEPA) stops scheduling new
             ones after this many are accepted, and may accept a few more that were already owed.
-        skip_perfect_score: Skip reflecting on a parent that is already perfect on its minibatch.
-            Default True.
+        skip_perfect_score: Skip reflecting on a parent already perfect on its minibatch. Default True.
         add_format_failure_as_feedback: Show output-format failures to the reflection LM as feedback.
             Default False, as in dspy.GEPA.
         instruction_proposer: A custom proposer of new instructions (dspy.GEPA's
@@ -100,8 +97,7 @@ class BatchedGEPA(dspy.GEPA):
         perfect_score: The best score your metric gives, for ``skip_perfect_score``. Default 1.0.
         log_dir: A directory for gepa's state, the step log (``steps.jsonl``) and run files. Give
             one to resume a run after a crash by compiling again with the same ``log_dir``.
-        track_stats: Attach ``detailed_results`` (a ``BatchedGEPAResult``) to the returned program.
-            Default True.
+        track_stats: Attach ``detailed_results`` (a ``BatchedGEPAResult``) to the returned program. Default True.
         use_wandb: Log to Weights & Biases through gepa's own logging (needs ``wandb`` and the step
             schedule, chosen for you).
         wandb_api_key: Passed on to gepa's Weights & Biases logging.
@@ -135,13 +131,12 @@ class BatchedGEPA(dspy.GEPA):
             (P·N proposal pipelines always in flight, no step barrier). Default: ``"async"`` above
             one proposal per step, unless ``use_wandb`` or ``gepa_kwargs`` that only gepa's loop
             reads are given; ``"steps"`` at one.
-        max_cost_usd: Dollars the search may spend on LM calls, task and reflection together; the run
-            never spends more (each call's worst case is reserved before it is made, the
-            ``max_tokens`` of every priced LM bounds it) and returns the best program found when the
-            next piece of work does not fit. Whichever budget binds first ends the run
-            (``detailed_results.stopped_by``). Needs every LM's price in the price map DSPy ships (a
-            copy of litellm's), or registered with ``litellm.register_model``; models served on
-            localhost cost 0. Default: no cap.
+        max_cost_usd: Dollars the search may spend on LM calls, task and reflection together; the run never
+            spends more (each call's worst case is reserved before it is made, the ``max_tokens`` of every
+            priced LM bounds it) and returns the best program found when the next piece of work does not fit.
+            Whichever budget binds first ends the run (``detailed_results.stopped_by``). Needs every LM's
+            price in the price map DSPy ships (a copy of litellm's), or registered with
+            ``litellm.register_model``; models served on localhost cost 0. Default: no cap.
         max_wall_s: A deadline, in seconds from the start of the search: no work is started that the
             run's measured latencies say cannot finish in time, no LM call is made after it, and the best
             program found is returned (within about one call's latency of the deadline). Default: none.
@@ -254,10 +249,10 @@ class BatchedGEPA(dspy.GEPA):
 DSPY_GEPA_ARGUMENTS = tuple(name for name in inspect.signature(dspy.GEPA.__init__).parameters if name != "self")
 DSPY_GEPA_ATTRIBUTES = {"metric": "metric_fn", "instruction_proposer": "custom_instruction_proposer",
                         "code_proposer": "custom_code_proposer"}
-PARAMETERS = tuple(name for name in inspect.signature(BatchedGEPA.__init__).parameters if name != "self")
 # Each argument's default: ``Settings.of({**DEFAULTS, **given})`` is what ``BatchedGEPA(**given)`` keeps.
 DEFAULTS = {name: parameter.default for name, parameter in inspect.signature(BatchedGEPA.__init__).parameters.items()
             if name != "self"}
+PARAMETERS = tuple(DEFAULTS)
 
 
 def _resolved_in_compile(gold, pred, trace=None, pred_name=None, pred_trace=None):  # pragma: no cover

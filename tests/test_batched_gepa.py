@@ -90,18 +90,18 @@ def test_validation_of_many_children_fills_the_whole_pool(splits):
 
 
 def test_traces_are_captured_only_for_parent_minibatches(task_lm, splits, monkeypatch):
-    from dspy_pxn.targets.program import rollout
+    from dspy_pxn.targets.program import adapter  # its rollout calls run_rollout
 
     train, val, _ = splits
     val_ids = {id(example) for example in val}
     calls = []
-    original = rollout.run_rollout
+    original = adapter.run_rollout
 
     def recording(program, example, metric, capture_trace, *args):
         calls.append((id(example) in val_ids, capture_trace))
         return original(program, example, metric, capture_trace, *args)
 
-    monkeypatch.setattr(rollout, "run_rollout", recording)
+    monkeypatch.setattr(adapter, "run_rollout", recording)
     optimizer = BatchedGEPA(metric=sim.metric, p=2, n=2, max_metric_calls=120, reflection_lm=sim.SimulatedLM(),
                             **STEP_LOOP)
     result = optimizer.compile(seed_program(), trainset=train, valset=val).detailed_results

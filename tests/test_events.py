@@ -28,7 +28,7 @@ def test_every_listener_hears_an_event_in_order_and_the_others_are_no_ops():
 
 def test_events_after_the_search_returned_are_heard_by_no_one():
     log, ledger = [], RunLedger()
-    events = StepEvents([Heard("first", log)], stop=ledger.stop)
+    events = StepEvents([Heard("first", log)], stop=ledger)
     events.evaluated("screening", 0.1, 6, 0)
     ledger.search_returned()  # a schedule returned with work in flight: what that work tells is not part of the run
     events.evaluated("validation", 0.1, 10, 0)

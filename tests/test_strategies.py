@@ -13,6 +13,7 @@ from gepa.strategies.proposal_selection import AllImprovements
 from dspy_pxn import testing as sim
 from dspy_pxn.engine.events import StepEvents, StepListener, override
 from dspy_pxn.ledger.budget import BudgetGuard
+from dspy_pxn.ledger.ledger import RunLedger
 from dspy_pxn.pools import ThreadWorkerPool
 from dspy_pxn.schedules.sampling import SequentialMinibatchSampler
 from dspy_pxn.schedules.strategies import BudgetCappedSelection, DistinctParentsPxN, selected_within
@@ -176,7 +177,8 @@ def test_reservations_keep_the_budget_exact_with_work_in_flight():
     guard.spend(state, 10)  # the validation
     guard.close(validation)
     assert guard.reserved == 0 and not guard.open and state.total_num_evals == 53 <= guard.max_metric_calls
-    assert guard.ended(state) and guard.stop.budget == "max_metric_calls"  # the guard says its budget ended the run
+    ledger = RunLedger()
+    assert guard.ended(state, ledger) and ledger.stopped_by == "max_metric_calls"  # the guard says its budget ended it
 
 
 class SpentCalls:

@@ -11,14 +11,12 @@ from gepa.gepa_utils import remove_dominated_programs
 from gepa.proposer.base import CandidateProposal
 from gepa.strategies.eval_policy import FullEvaluationPolicy
 
+FULL_EVALUATION = FullEvaluationPolicy()
+
 
 def best_program(state: GEPAState) -> int:
-    """The run's best candidate: the highest mean validation score, the earliest on a tie. gepa's own rule
-    (``FullEvaluationPolicy``, what ``GEPAResult.best_idx`` reads), the one every part of the run asks."""
+    """The run's best candidate: the highest mean validation score, the earliest on a tie."""
     return FULL_EVALUATION.get_best_program(state)
-
-
-FULL_EVALUATION = FullEvaluationPolicy()
 
 
 def mean_val_score(state: GEPAState, program: int) -> float:

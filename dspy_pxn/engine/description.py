@@ -1,9 +1,8 @@
 """A compile, described once: what tracking logs as its parameters and what a resume must match.
 
-Tracking (MLflow params, the comparison's "same setup" check) and resume (refusing to
-continue a run under other settings) both need to say what a run *is*: each compile
-writes one ``RunDescription`` (``dspy_pxn.engine.run``), a record, and each reads its own view of it
-(``params``, ``label``; ``resume_settings``).
+Tracking (MLflow params, the comparison's "same setup" check) and resume (refusing to continue a run under other
+settings) both need to say what a run *is*: each compile writes one ``RunDescription`` (``dspy_pxn.engine.run``),
+and each reads its own view of it (``params``, ``label``; ``resume_settings``).
 """
 
 from __future__ import annotations
@@ -24,24 +23,19 @@ def digest(items: Sequence[Any]) -> str:
     hasher = hashlib.sha256()
     for item in items:
         text = json.dumps(dict(item.toDict()), sort_keys=True, default=str) if isinstance(item, Example) else str(item)
-        hasher.update(text.encode())
-        hasher.update(b"\0")
+        hasher.update(text.encode() + b"\0")
     return hasher.hexdigest()[:16]
 
 
 def lm_name(lm: Any) -> str:
     """The model string only: an LM's kwargs hold api_key and api_base, which are never logged."""
-    if lm is None:
-        return "none"
-    return str(getattr(lm, "model", None) or type(lm).__name__)
+    return "none" if lm is None else str(getattr(lm, "model", None) or type(lm).__name__)
 
 
 def lm_identity(lm: Any) -> str:
-    """Which model answers, and where: ``model @ endpoint``. Never a key, nor credentials in a URL.
-
-    The endpoint is the LM's ``api_base``/``base_url``, else litellm's ``<PROVIDER>_API_BASE``
-    environment variable, which is where litellm sends the call when none is given.
-    """
+    """Which model answers, and where: ``model @ endpoint``, never a key nor credentials in a URL. The endpoint is
+    the LM's ``api_base``/``base_url``, else litellm's ``<PROVIDER>_API_BASE`` environment variable (where litellm
+    sends the call when none is given)."""
     if lm is None:
         return "none"
     model = lm_name(lm)
@@ -51,9 +45,7 @@ def lm_identity(lm: Any) -> str:
     if not endpoint:
         return model
     parts = urlsplit(str(endpoint))
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
+    host = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
     return f"{model} @ {urlunsplit((parts.scheme, host, parts.path, '', ''))}"
 
 
@@ -113,10 +105,9 @@ def params(description: RunDescription) -> dict[str, str]:
 
 
 def resume_settings(description: RunDescription) -> dict[str, Any]:
-    """What a resumed run must share with the run it continues. The budget may differ: it only
-    moves the stopping point, so raising it extends a finished run deliberately. The LMs are
-    part of it: a run continued with another model, or the same model at another endpoint,
-    would mix two runs' answers into one result."""
+    """What a resumed run must share with the run it continues. The budget may differ: it only moves the stopping
+    point, so raising it extends a finished run deliberately. The LMs are part of it: a run continued with another
+    model, or the same model at another endpoint, would mix two runs' answers into one result."""
     d = description
     return {
         "p": d.p, "n": d.n, "minibatch_size": d.minibatch_size, "seed": d.seed,

@@ -55,7 +55,7 @@ class StepListener:
 
 
 class SearchReturned(Protocol):
-    """What the events read of the run's stop signal (``ledger.RunStop``): whether the search has returned."""
+    """What the events read of the run's stop signal (the ledger's): whether the search has returned."""
 
     returned: bool
 

@@ -1,24 +1,18 @@
 """How a gepa adapter's rollouts are scheduled: one pool task per (candidate, example), whatever the adapter.
 
-gepa hands an adapter a batch and a candidate at a time (``evaluate``) and, from a P×N step, many
-at once (``batch_evaluate``). ``PooledAdapter`` is the half of an adapter that decides *how* they
-run, shared by every kind of candidate the engine optimizes (a DSPy program's instructions,
-``dspy_pxn.targets.program.adapter.BatchedAdapter``; MLflow prompt templates,
-``dspy_pxn.targets.mlflow_prompts.adapter``):
+gepa hands an adapter a batch and a candidate at a time (``evaluate``) and, from a P×N step, many at once
+(``batch_evaluate``). ``PooledAdapter`` is the half of an adapter that decides *how* they run, for every kind of
+candidate (``dspy_pxn.targets.program.adapter``, ``dspy_pxn.targets.mlflow_prompts.adapter``):
 
-- every (candidate, example) pair is one pool task, so a long validation and short minibatches
-  share W workers instead of a static split;
-- traces are captured only for the parent minibatch evaluations that reflection reads, never for
-  children screening or full validation;
-- every batch of rollouts is reported with its phase (``StepEvents.evaluated``): a schedule that
-  calls the adapter says which phase it is in; in gepa's step loop the adapter follows the step
-  (sampling starts screening, selection starts validation) as a step listener;
-- a resumed run's saved seed scores answer the seed's re-validation (``replay_once``), and the
-  strategies' checkpoint rides in gepa's adapter state.
+- every (candidate, example) pair is one pool task, so a long validation and short minibatches share W workers;
+- traces are captured only for the parent minibatch evaluations that reflection reads;
+- every batch of rollouts is reported with its phase (``StepEvents.evaluated``): a schedule names it; in gepa's step
+  loop the adapter follows the step as a step listener (sampling starts screening, selection validation);
+- a resumed run's saved seed scores answer the seed's re-validation (``replay_once``), and the strategies'
+  checkpoint rides in gepa's adapter state.
 
-The other half, *what* a rollout means, is the subclass's: its picklable ``rollouts`` function
-(one task -> a ``RolloutResult``), ``prepare`` (can this candidate run at all), ``to_evaluation_batch``,
-``scores_only`` and ``propose`` (one reflection job, in the reflection LM's context).
+The other half, *what* a rollout means, is the subclass's: its picklable ``rollouts`` function (one task -> a
+``RolloutResult``), ``prepare``, ``to_evaluation_batch``, ``scores_only`` and ``propose``.
 """
 
 from __future__ import annotations
@@ -47,8 +41,8 @@ class PooledAdapter(StepListener):
     propose_new_texts = None  # gepa calls an adapter's proposer one task at a time: PooledReflection owns it
 
     rollouts: Callable[[Task], RolloutResult]  # picklable: a remote pool ships it once per run
-    # The reply formats a sibling merge is asked in, in turn (dspy_pxn.proposer.sibling_merge.MERGE_FORMATS): the one this adapter's
-    # reflections use first, then the other.
+    # The reply formats a sibling merge is asked in, in turn (dspy_pxn.proposer.sibling_merge): the one this
+    # adapter's reflections use first, then the other.
     MERGE_FORMATS: tuple[str, ...] = ("dspy", "plain")
 
     # Driver-only state: a remote pool ships the adapter without it.
@@ -137,27 +131,24 @@ class PooledAdapter(StepListener):
             restore(saved)
 
     def replay_once(self, candidate: dict[str, str], batch: Sequence[Any], evaluation: EvaluationBatch) -> None:
-        """Answer the next evaluation of (candidate, batch) with ``evaluation`` instead of running it.
-
-        On resume gepa re-evaluates the seed on the valset before it loads its saved state,
-        then discards the result; the saved scores answer that call without LM calls.
-        """
+        """Answer the next evaluation of (candidate, batch) with ``evaluation`` instead of running it: on resume gepa
+        re-evaluates the seed on the valset before it loads its saved state, then discards the result."""
         with self._lock:
             self._replays[self._batch_key(candidate, batch)] = evaluation
 
     # -- gepa's step loop, followed as a step listener ------------------------------------
     @override
     def tasks_sampled(self, tasks: Sequence[ProposalTask]) -> None:
-        """The step's screening starts; the sampled parents' minibatch evaluations are the ones reflection reads.
-
-        gepa evaluates parents and children of a step through the same ``batch_evaluate(items)`` call
-        without saying which is which; the sampled tasks name the parents, so each (parent, minibatch)
-        pair is marked here for traces. Each mark is consumed by its first evaluation, so a child
-        identical to its parent is not traced.
-        """
+        """The step's screening starts. Reflection reads the sampled parents' minibatch evaluations, which gepa runs in
+        the same ``batch_evaluate(items)`` call as the children's without saying which is which: each (parent,
+        minibatch) pair the tasks name is marked here for traces (deduplicated as gepa does), and each mark is consumed
+        by its first evaluation, so a child identical to its parent is not traced."""
         self._step_phase = "screening"
+        pairs: dict[tuple[int, tuple], ProposalTask] = {}
+        for task in tasks:
+            pairs.setdefault((task.parent_idx, tuple(task.minibatch_ids)), task)
         with self._lock:
-            self._traced_batches.update(self._batch_key(parent, batch) for parent, batch in unique_minibatches(tasks))
+            self._traced_batches.update(self._batch_key(t.parent_candidate, t.minibatch) for t in pairs.values())
 
     @override
     def children_screened(self, children: int, improved: int) -> None:
@@ -171,10 +162,9 @@ class PooledAdapter(StepListener):
     def _wants_traces(self, candidate: dict[str, str], batch: Sequence[Any]) -> bool:
         key = self._batch_key(candidate, batch)
         with self._lock:
-            if key in self._traced_batches:
-                self._traced_batches.discard(key)
-                return True
-        return False
+            traced = key in self._traced_batches
+            self._traced_batches.discard(key)
+        return traced
 
     def evaluate(self, batch, candidate, capture_traces=False, num_threads=None, *, phase: Phase | None = None):
         """gepa's evaluate; ``phase``: which phase the rollouts belong to (default: the step loop's)."""
@@ -182,10 +172,8 @@ class PooledAdapter(StepListener):
 
     def batch_evaluate(self, items, *, capture_traces=None, phase: Phase | None = None):
         """Evaluate every (candidate, batch) pair as one flat set of pool tasks."""
-        jobs = [
-            (candidate, batch, self._wants_traces(candidate, batch) if capture_traces is None else capture_traces)
-            for candidate, batch in items
-        ]
+        jobs = [(candidate, batch, self._wants_traces(candidate, batch) if capture_traces is None else capture_traces)
+                for candidate, batch in items]
         return self._evaluate_many(jobs, phase or self._step_phase)
 
     def _evaluate_many(self, jobs: list[tuple[dict[str, str], Sequence[Any], bool]], phase: Phase
@@ -209,35 +197,21 @@ class PooledAdapter(StepListener):
         if not self._first_evaluation_checked:
             self._first_evaluation_checked = True
             self.check_first_evaluation(results, [example for _, example, _, _ in tasks])
-        failures = sum(1 for r in results if r.error is not None)
-        scored = len(tasks)  # an example of a candidate that cannot run is scored too: failure_score
         remaining = iter(results)
-        evaluations = []
-        for runs, (candidate, batch, capture) in zip(runnable, jobs, strict=True):
-            if not runs:
-                failures += len(batch)
-                scored += len(batch)
-                evaluations.append(self.scores_only([None] * len(batch), [] if capture else None))
-                continue
-            evaluations.append(self.to_evaluation_batch(candidate, batch, [next(remaining) for _ in batch], capture))
-        self.events.evaluated(phase, time.perf_counter() - start, scored, failures)
+        evaluations = [self.to_evaluation_batch(candidate, batch, [next(remaining) for _ in batch], capture) if runs
+                       else self.scores_only([None] * len(batch), [] if capture else None)
+                       for runs, (candidate, batch, capture) in zip(runnable, jobs, strict=True)]
+        # An example of a candidate that cannot run is scored too (failure_score): a failure.
+        unrunnable = sum(len(batch) for runs, (_, batch, _) in zip(runnable, jobs, strict=True) if not runs)
+        self.events.evaluated(phase, time.perf_counter() - start, len(tasks) + unrunnable,
+                              sum(r.error is not None for r in results) + unrunnable)
         return evaluations
 
 
 def reflection_rows(scores: Sequence[float], size: int | None) -> list[int] | None:
-    """The ``size`` lowest-scoring rows (ties: the earlier row), in their order; None when all of them are read.
-
-    The failures are where a metric's feedback says what to change; a row the parent already gets right
-    mostly tells the reflection to keep what it has, which the instruction itself already shows.
-    """
+    """The ``size`` lowest-scoring rows (ties: the earlier row), in their order; None when all of them are read. The
+    failures are where a metric's feedback says what to change; a row the parent already gets right mostly tells the
+    reflection to keep what it has, which the instruction itself already shows."""
     if size is None or len(scores) <= size:
         return None
     return sorted(sorted(range(len(scores)), key=lambda row: (scores[row], row))[:size])
-
-
-def unique_minibatches(tasks: Sequence[ProposalTask]) -> list[tuple[dict[str, str], list]]:
-    """The (parent, minibatch) pairs gepa will evaluate with traces, deduplicated as gepa does."""
-    seen: dict[tuple[int, tuple], tuple[dict[str, str], list]] = {}
-    for task in tasks:
-        seen.setdefault((task.parent_idx, tuple(task.minibatch_ids)), (task.parent_candidate, task.minibatch))
-    return list(seen.values())

@@ -1,9 +1,7 @@
-"""StepRecord: the single per-step truth; the recorder that makes it and the log that keeps it.
+"""StepRecord, the single per-step truth; the recorder that makes it and the log that keeps it.
 
-Everything that reports on a run (the JSONL step log, MLflow, progress, the runtime
-model) reads these records, so they carry the quantities the paper's runtime model
-needs: width, acceptance, whether validation fired, and where the time went. gepa's
-step loop writes one record per step; the asynchronous schedule one per *window* (its docstring).
+Everything that reports on a run (the step log, MLflow, progress, the runtime model) reads these records, so they
+carry what the paper's runtime model needs: width, acceptance, whether validation fired, where the time went.
 """
 
 from __future__ import annotations
@@ -12,6 +10,7 @@ import json
 import logging
 import os
 import threading
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -59,29 +58,27 @@ class StepRecord(BillByRole):
         accepted: Candidates fully validated and added to the pool; ``new_candidates`` are their indices.
         metric_calls: Metric calls spent in this step; ``metric_calls_total`` in the run so far, of ``budget``.
         best_val: The best validation score in the pool after the step; ``mean_val`` the pool's mean.
-        wall_s: The step's wall-clock. ``screening_s``, ``reflection_s``, ``validation_s`` and
-            ``sibling_merge_s`` are summed over the step's work, so with overlapping work (async)
-            they may add up to more than ``wall_s``.
+        wall_s: The step's wall-clock. ``screening_s``, ``reflection_s``, ``validation_s`` and ``sibling_merge_s``
+            are summed over the step's work, so with overlapping work (async) they may add up to more than it.
         rollouts: Rollouts run; ``rollout_failures`` of them scored as failures.
         reflection_failures: Reflection calls that proposed nothing.
         worker_utilisation: Busy worker-seconds over W × ``wall_s``.
         sibling_merged: Improving children merged into the validated candidate (``selection="merge"``).
-        lm_calls: LM calls billed since the previous record (the first record: since the run began,
-            the seed's validation included; calls answered from DSPy's cache are not billed), with
-            ``prompt_tokens``, ``completion_tokens`` and ``cost_usd`` (None while no price is known
-            for the models); ``cost_usd_total`` is the run's so far. The records add up to the run's
-            ``usage`` and ``lm_call_counts``. The same split by who made the calls: ``task_lm_calls``,
-            ``task_prompt_tokens``, ``task_completion_tokens``, ``task_cost_usd`` (the program, its metric) and
-            ``reflection_lm_calls``, ``reflection_prompt_tokens``, ``reflection_completion_tokens``,
-            ``reflection_cost_usd`` (reflections and sibling merges): the bill, as each LM's provider counts it.
-        lm_retries: Requests sent again after a failed attempt (a 429, a 5xx, a timeout), None where
-            DSPy does not tell them; ``lm_failures``: calls that failed after their last retry. The
-            steps' retries add up to the run's (``lm_call_counts.retries``).
+        lm_calls: LM calls billed since the previous record (the first: since the run began, the seed's validation
+            included; calls answered from DSPy's cache are not billed), with ``prompt_tokens``, ``completion_tokens``
+            and ``cost_usd`` (None while no price is known); ``cost_usd_total`` is the run's so far. The records add up
+            to the run's ``usage`` and ``lm_call_counts``. Split by who made the calls, as each provider bills them:
+            ``task_lm_calls``, ``task_prompt_tokens``, ``task_completion_tokens``, ``task_cost_usd`` (the program, its
+            metric); ``reflection_lm_calls``, ``reflection_prompt_tokens``, ``reflection_completion_tokens``,
+            ``reflection_cost_usd`` (reflections and sibling merges).
+        lm_retries: Requests sent again after a failed attempt (a 429, a 5xx, a timeout), None where DSPy does not
+            tell them; ``lm_failures``: calls that failed after their last retry. The steps' retries add up to the
+            run's (``lm_call_counts.retries``).
         schedule: ``"steps"`` or ``"async"``.
-        cost_usd_left: Dollars left of ``max_cost_usd`` after the step (None without a dollar cap);
-            ``wall_s_left``: seconds left before ``max_wall_s`` (None without a deadline).
-        time_left_s: The estimated seconds until the first budget binds, at this run's pace so far
-            (metric calls and dollars a second; the deadline's own seconds); ``time_left_budget`` names it.
+        cost_usd_left: Dollars left of ``max_cost_usd`` after the step (None without a dollar cap); ``wall_s_left``:
+            seconds left before ``max_wall_s`` (None without a deadline).
+        time_left_s: The estimated seconds until the first budget binds, at this run's pace so far (metric calls and
+            dollars a second; the deadline's own seconds); ``time_left_budget`` names it.
     """
 
     step: int
@@ -147,8 +144,7 @@ class StepRecord(BillByRole):
             validated += f" (a merge of {self.sibling_merged})"
         if self.kind == "crossover":
             validated += " (a crossover)"
-        parts.append(validated)
-        parts.append(f"best val {self.best_val:.3f}")
+        parts += [validated, f"best val {self.best_val:.3f}"]
         return ", ".join(parts)
 
 
@@ -169,11 +165,8 @@ def _count(number: int, noun: str) -> str:
 
 
 class StepLog:
-    """The run's ``log_dir/steps.jsonl``: one record per line, appended as each step ends.
-
-    Written first and by itself, so a run that dies keeps every finished step, and a resumed
-    run can drop the step that was in flight (``keep_first``).
-    """
+    """The run's ``log_dir/steps.jsonl``, one record appended per line as each step ends: written first and by itself,
+    so a run that dies keeps every finished step, and a resumed run can drop the one in flight (``keep_first``)."""
 
     def __init__(self, log_dir: str):
         self.path = os.path.join(log_dir, STEP_LOG_NAME)
@@ -202,29 +195,15 @@ def read_step_log(log_dir: str) -> list[StepRecord]:
 
 
 class StepRecorder(StepListener):
-    """Hears a run's step events and gepa's iteration callbacks; emits one StepRecord per step.
+    """Hears a run's step events and gepa's iteration callbacks; emits one StepRecord per step. Each evaluation's
+    phase comes with its event (no guessing which ``batch_evaluate`` call is which), and counts add up over a step's
+    events, so a schedule that samples one task at a time (async) records the same fields."""
 
-    The phase of every evaluation comes with its event, so the recorder needs no guess
-    about which ``batch_evaluate`` call is which. Counts add up over the events of a step,
-    so a schedule that samples one task at a time (async) records the same fields. Each
-    record goes to the sinks in order (the step log, progress lines, a tracker); a failing
-    sink is a warning.
-    """
-
-    def __init__(
-        self,
-        p: int,
-        n: int,
-        shape: RunShape,
-        pool: WorkerPool,
-        ledger: RunLedger,
-        sinks: Sequence[Callable[[StepRecord], None]] = (),
-        schedule: str = "steps",
-        caps: RunCaps | None = None,
-    ):
+    def __init__(self, p: int, n: int, shape: RunShape, pool: WorkerPool, ledger: RunLedger,
+                 sinks: Sequence[Callable[[StepRecord], None]] = (), schedule: str = "steps",
+                 caps: RunCaps | None = None):
         self.p, self.n, self.shape, self.schedule = p, n, shape, schedule
-        self.pool = pool
-        self.ledger, self.caps = ledger, caps
+        self.pool, self.ledger, self.caps = pool, ledger, caps
         self.sinks = list(sinks)
         self.steps: list[StepRecord] = []
         self._lock = threading.Lock()
@@ -247,19 +226,19 @@ class StepRecorder(StepListener):
     @override
     def evaluated(self, phase: Phase, seconds: float, rollouts: int, failures: int) -> None:
         with self._lock:
-            self._phase_s[phase] = self._phase_s.get(phase, 0.0) + seconds
+            self._phase_s[phase] += seconds
             self._rollout_failures += failures
 
     @override
     def reflected(self, seconds: float, jobs: int, failed: int) -> None:
         with self._lock:
-            self._phase_s["reflection"] = self._phase_s.get("reflection", 0.0) + seconds
+            self._phase_s["reflection"] += seconds
             self._reflection_failures += failed
 
     @override
     def sibling_merged(self, seconds: float, children: int) -> None:
         with self._lock:
-            self._phase_s["sibling_merge"] = self._phase_s.get("sibling_merge", 0.0) + seconds
+            self._phase_s["sibling_merge"] += seconds
             self._sibling_merged += children
 
     # -- gepa's callbacks, in its step loop ----------------------------------------
@@ -285,9 +264,8 @@ class StepRecorder(StepListener):
             self._new.append(index)
 
     def calls_since_last_record(self) -> bool:
-        """Whether an LM call ended or was billed after the last record: a schedule that ends with such calls and
-        no step open (their events came too late to open one) writes one more record, so the last tells the
-        run's usage."""
+        """Whether an LM call ended or was billed after the last record: a schedule that ends with such calls and no
+        step open (their events came too late to open one) writes one more record, so the last tells the run's usage."""
         if self._recorded is None:
             return False
         now = self.ledger.tally()
@@ -301,53 +279,32 @@ class StepRecorder(StepListener):
         total = self.ledger.tally()
         step = total.since(self._tally0)
         self._recorded = total
-        time_left = self.ledger.time_left(state.total_num_evals, self.shape.budget,
-                                          self.caps.usd_left() if self.caps else None,
-                                          self.caps.seconds_left() if self.caps else None)
+        usd_left = self.caps.usd_left() if self.caps is not None else None
+        seconds_left = self.caps.seconds_left() if self.caps is not None else None
+        time_left_s, time_left_budget = self.ledger.time_left(state.total_num_evals, self.shape.budget, usd_left,
+                                                              seconds_left)
+        phase_s, workers = self._phase_s, self.pool.num_workers
         record = StepRecord(
             step=state.i + 1,  # gepa's iteration number, so a resumed run continues the numbering
-            kind=self._kind,
-            p=self.p,
-            n=self.n,
-            width=self._width,
-            distinct_parents=len(self._parents),
-            proposals=self._proposals,
-            accepted=len(self._new),
-            full_validation=bool(self._new),
-            new_candidates=list(self._new),
-            metric_calls=state.total_num_evals - self._calls0,
-            metric_calls_total=state.total_num_evals,
-            budget=self.shape.budget,
-            best_val=scores[best_program(state)],
-            mean_val=sum(scores) / len(scores),
+            kind=self._kind, p=self.p, n=self.n, width=self._width, distinct_parents=len(self._parents),
+            proposals=self._proposals, improved=self._improved, accepted=len(self._new),
+            full_validation=bool(self._new), new_candidates=list(self._new),
+            metric_calls=state.total_num_evals - self._calls0, metric_calls_total=state.total_num_evals,
+            budget=self.shape.budget, minibatch_size=self.shape.minibatch_size, val_size=self.shape.val_size,
+            best_val=scores[best_program(state)], mean_val=sum(scores) / len(scores),
             pareto_front_size=len(pareto_front_programs(state)),
-            wall_s=wall,
-            reflection_s=self._phase_s.get("reflection", 0.0),
-            screening_s=self._phase_s.get("screening", 0.0),
-            validation_s=self._phase_s.get("validation", 0.0),
-            rollouts=self.ledger.rollouts - self._rollouts0,
-            rollout_failures=self._rollout_failures,
+            wall_s=wall, started_at=self._started_at, reflection_s=phase_s["reflection"],
+            screening_s=phase_s["screening"], validation_s=phase_s["validation"],
+            sibling_merge_s=phase_s["sibling_merge"], sibling_merged=self._sibling_merged,
+            rollouts=self.ledger.rollouts - self._rollouts0, rollout_failures=self._rollout_failures,
             reflection_failures=self._reflection_failures,
-            worker_utilisation=busy / (self.pool.num_workers * wall) if wall > 0 else 0.0,
-            num_workers=self.pool.num_workers,
-            started_at=self._started_at,
-            improved=self._improved,
-            minibatch_size=self.shape.minibatch_size,
-            val_size=self.shape.val_size,
-            lm_calls=step.billed,
-            prompt_tokens=step.prompt_tokens,
-            completion_tokens=step.completion_tokens,
+            worker_utilisation=busy / (workers * wall) if wall > 0 else 0.0, num_workers=workers,
+            lm_calls=step.billed, prompt_tokens=step.prompt_tokens, completion_tokens=step.completion_tokens,
             cost_usd=step.task_usd + step.reflection_usd if total.cost_usd is not None else None,
-            cost_usd_total=total.cost_usd,
+            cost_usd_total=total.cost_usd, lm_failures=step.failures,
             lm_retries=step.counts.retries if total.counts.retries is not None else None,
-            lm_failures=step.failures,
-            sibling_merged=self._sibling_merged,
-            sibling_merge_s=self._phase_s.get("sibling_merge", 0.0),
-            schedule=self.schedule,
-            cost_usd_left=self.caps.usd_left() if self.caps is not None else None,
-            wall_s_left=self.caps.seconds_left() if self.caps is not None else None,
-            time_left_s=time_left[0],
-            time_left_budget=time_left[1],
+            schedule=self.schedule, cost_usd_left=usd_left, wall_s_left=seconds_left,
+            time_left_s=time_left_s, time_left_budget=time_left_budget,
             **bill(step.usage, total.usage),
         )
         self.steps.append(record)
@@ -366,17 +323,13 @@ class StepRecorder(StepListener):
         if state is not None:
             self.ledger.steps_begin(state.total_num_evals)  # the seed's validation (or a resumed run's calls) before
         self._kind = "reflective"
-        self._phase_s: dict[str, float] = {}
-        self._width = 0
+        self._phase_s: defaultdict[str, float] = defaultdict(float)
         self._parents: set[int] = set()
         self._new: list[int] = []
-        self._proposals = 0
-        self._improved = 0
+        self._width = self._proposals = self._improved = 0
+        self._rollout_failures = self._reflection_failures = self._sibling_merged = 0
         # A step's calls are those since the last record, not since its first event: with work in flight
         # across steps (the asynchronous schedule), a call billed before the event that opens the next step
         # belongs to that step, and the records' calls and dollars add up to the run's.
         self._tally0 = self._recorded or Tally()  # the first record's: everything since the run began (the seed's)
         self._rollouts0 = self.ledger.rollouts  # the step's rollouts are the run's since (one keeper: the ledger)
-        self._rollout_failures = 0
-        self._reflection_failures = 0
-        self._sibling_merged = 0

@@ -1,16 +1,13 @@
 """Resuming a run from its ``log_dir`` exactly where the last completed step left it.
 
-gepa already saves its state to ``run_dir`` at the top of every iteration and reloads
-it on start, but three things break a P×N resume: the strategies' own state (the
-minibatch cursor and the RNG that parent selection and minibatch shuffling share)
-restarts from zero, so the resumed run samples different parents and minibatches than
-the run it continues; gepa evaluates the seed on the whole valset before it looks for
-saved state, paying |val| LM calls whose result it then discards; and nothing stops a
-resume under different settings from mixing two runs into one state.
+gepa already saves its state to ``run_dir`` at the top of every iteration and reloads it on start, but three things
+break a P×N resume: the strategies' own state (the minibatch cursor and the RNG that parent selection and minibatch
+shuffling share) restarts from zero, so the resumed run samples different parents and minibatches than the run it
+continues; gepa evaluates the seed on the whole valset before it looks for saved state, paying |val| LM calls whose
+result it then discards; and nothing stops a resume under different settings from mixing two runs into one state.
 
-``checkpoint`` rides on gepa's own adapter-state hook (``get_adapter_state`` /
-``set_adapter_state``), so our state is pickled in the same file, at the same moment,
-as gepa's: the two can never disagree about which step was the last completed one.
+``checkpoint`` rides on gepa's own adapter-state hook (``get_adapter_state`` / ``set_adapter_state``), so our state
+is pickled in the same file, at the same moment, as gepa's: the two never disagree about the last completed step.
 """
 
 from __future__ import annotations
@@ -40,28 +37,22 @@ def load_saved_state(log_dir: str | None) -> GEPAState | None:
         return None
     try:
         return GEPAState.load(log_dir)
-    except Exception as error:  # noqa: BLE001 - a torn or foreign file must not look like a fresh run
-        raise ValueError(
-            f"log_dir={log_dir!r} holds a {GEPA_STATE_FILE} that cannot be loaded ({type(error).__name__}: {error}); "
-            "point log_dir at a new directory, or delete that file to start over."
-        ) from error
+    except Exception as error:  # a torn or foreign file must not look like a fresh run
+        raise ValueError(f"log_dir={log_dir!r} holds a {GEPA_STATE_FILE} that cannot be loaded "
+                         f"({type(error).__name__}: {error}); point log_dir at a new directory, or delete that file "
+                         "to start over.") from error
 
 
 def check_resumable(saved: GEPAState, settings: dict[str, Any], log_dir: str) -> None:
     """Refuse to continue a run under different settings, naming each difference."""
     checkpoint = saved.adapter_state.get(CHECKPOINT_KEY)
     if checkpoint is None:
-        raise ValueError(
-            f"log_dir={log_dir!r} holds a gepa state that BatchedGEPA did not write (e.g. from dspy.GEPA); "
-            "resume it with the optimizer that started it, or use a new log_dir."
-        )
-    different = differences(checkpoint["settings"], settings)
-    if different:
-        raise ValueError(
-            f"log_dir={log_dir!r} holds a run with different settings, so it cannot be resumed: "
-            + "; ".join(different)
-            + ". Resume with the same settings (only the budget may change), or use a new log_dir."
-        )
+        raise ValueError(f"log_dir={log_dir!r} holds a gepa state that BatchedGEPA did not write (e.g. from "
+                         "dspy.GEPA); resume it with the optimizer that started it, or use a new log_dir.")
+    if different := differences(checkpoint["settings"], settings):
+        raise ValueError(f"log_dir={log_dir!r} holds a run with different settings, so it cannot be resumed: "
+                         f"{'; '.join(different)}. Resume with the same settings (only the budget may change), or "
+                         "use a new log_dir.")
 
 
 def saved_seed_scores(saved: GEPAState, val_size: int) -> list[Any]:

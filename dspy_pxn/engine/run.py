@@ -123,7 +123,7 @@ class Run:
         tracked_run: TrackedRun | None = None
         try:
             stack.enter_context(self.target.around_search())
-            ledger = RunLedger(self.prices, earlier_usd=self.earlier_usd, stop=self.guard.stop)
+            ledger = RunLedger(self.prices, earlier_usd=self.earlier_usd)
             caps = (RunCaps(ledger, settings.max_cost_usd, settings.max_reflection_cost_usd, settings.max_wall_s)
                     if self.description.caps else None)
             tracker = effective_tracker(settings.tracker)
@@ -135,7 +135,7 @@ class Run:
                 sinks=[*([step_log] if step_log else []), *([tracked_run.on_step] if tracked_run else []),
                        *(c.on_step_record for c in settings.callbacks if callable(getattr(c, "on_step_record", None)))],
             )
-            events = StepEvents([ledger, recorder], stop=ledger.stop)
+            events = StepEvents([ledger, recorder], stop=ledger)
             adapter = self.target.adapter(settings, pool, events, self.reflection_examples)
             if self.saved_state is not None:
                 self._resume(adapter, recorder, step_log)
@@ -176,7 +176,7 @@ class Run:
 
     def stopped_by(self, gepa_result: GEPAResult, ledger: RunLedger) -> str:
         """Which budget ended the search (the run's one stop signal says), said in the log."""
-        ended = ledger.stop.budget or self.guard.name  # a search that ran out of work ran out of its budget
+        ended = ledger.stopped_by or self.guard.name  # a search that ran out of work ran out of its budget
         spent = getattr(gepa_result, "total_metric_calls", None)
         dollars = f" (${ledger.spent_usd()[0]:.4f} spent)" if self.prices else ""
         logger.info("%s ended the run%s, after %s of %d metric calls; the best program found is returned.", ended,

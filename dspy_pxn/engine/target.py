@@ -1,12 +1,10 @@
 """What a run optimizes: the one thing ``dspy_pxn.engine.run`` asks of a DSPy program, or of anything else.
 
-The engine (budget, pool, ledger, schedules, reflection, sibling merge, crossover) works on gepa's
-candidates, ``dict[str, str]``, through a ``PooledAdapter``. A ``Target`` is the rest: where the seed
-candidate comes from, which data it accepts, which LMs the task holds, the adapter its rollouts
-run on. What a finished search returns is the caller's: each target has its own ``result``
-(``run.ended()`` first says the search is over). ``ProgramTarget`` (``dspy_pxn.targets.program.target``) is a
-DSPy program, as ``BatchedGEPA.compile`` optimizes it; MLflow prompt templates are another
-(``dspy_pxn.targets.mlflow_prompts``).
+The engine (budget, pool, ledger, schedules, reflection, sibling merge, crossover) works on gepa's candidates,
+``dict[str, str]``, through a ``PooledAdapter``. A ``Target`` is the rest: where the seed candidate comes from, which
+data it accepts, which LMs the task holds, the adapter its rollouts run on. What a finished search returns is the
+caller's (each target has its own ``result``, after ``run.ended()``). A DSPy program is one
+(``dspy_pxn.targets.program``), MLflow prompt templates another (``dspy_pxn.targets.mlflow_prompts``).
 """
 
 from __future__ import annotations
@@ -48,8 +46,7 @@ class Target(Protocol):
     def shape(self, valset: list[Any]) -> TargetShape: ...
 
     def around_search(self) -> AbstractContextManager[Any]:
-        """Entered for the whole search (a DSPy compile: the tooling's ``around_compile``, e.g. no trace per
-        rollout under ``mlflow.dspy.autolog``)."""
+        """Entered for the whole search (a DSPy compile's ``around_compile``, e.g. no trace per rollout in autolog)."""
 
     def lms(self) -> tuple[Any, ...]:
         """The task's LMs and whatever holds them (``feed.reachable_lms`` roots): their calls are the run's."""

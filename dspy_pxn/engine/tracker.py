@@ -1,19 +1,15 @@
 """What the optimizer needs from a tracker, and nothing of how one works.
 
-DSPy keeps tooling outside its optimizers, and so does dspy-pxn: ``BatchedGEPA`` is
-handed a ``Tracker`` (``dspy_pxn.tracking.MlflowTracker`` is one) and never imports the
-tracking package. A tracker is started once per compile with the run's description; the
-run it returns hears gepa's callbacks and every ``StepRecord``, and is finished or
-failed at the end. Nothing a tracker does may stop the search: a tracker that cannot
-start leaves the run untracked, and a tracked run whose call raises is a warning
-(``start_tracked_run``, ``quietly``). Only contradictory tracking arguments fail, and
-they fail before the search (``TrackingArgumentError``).
+DSPy keeps tooling outside its optimizers, and so does dspy-pxn: ``BatchedGEPA`` is handed a ``Tracker``
+(``dspy_pxn.tracking.MlflowTracker`` is one) and never imports the tracking package. Nothing a tracker does may stop
+the search: a tracker that cannot start leaves the run untracked, and a tracked run whose call raises is a warning
+(``start_tracked_run``, ``quietly``). Only contradictory tracking arguments fail, before the search
+(``TrackingArgumentError``).
 
-Two ways to get a tracker without naming one: a ``with dspy_pxn.tracking.sweep(...)``
-block makes its tracker the *ambient* one for the runs compiled inside it; and
-BatchedGEPA's ``use_mlflow=True`` (dspy.GEPA's argument; for one release also the former MLflow
-shorthands, ``tracking_uri=...``) is turned into a tracker by the factory the tracking package
-registers on import (``dspy_pxn/__init__.py`` imports it, so the factory is always there for users).
+Two ways to get a tracker without naming one: a ``with dspy_pxn.tracking.sweep(...)`` block makes its tracker the
+*ambient* one for the runs compiled inside it; and BatchedGEPA's ``use_mlflow=True`` (dspy.GEPA's argument; for one
+release also the former MLflow shorthands, ``tracking_uri=...``) is turned into a tracker by the factory the
+tracking package registers on import (``dspy_pxn/__init__.py`` imports it, so the factory is always there).
 """
 
 from __future__ import annotations

@@ -1,35 +1,30 @@
 """How wide ``p="auto"`` runs: as many proposals in flight as the pool has workers, as the budget allows.
 
-In the async schedule the width P·N is the number of proposal pipelines in flight; each keeps m
-rollouts busy while it screens, and the validations share the same pool. A width below W leaves
-workers idle whenever no validation runs (the README's W = 64 table: 4×4 merge ran at 1.8× the
-floor), so the width follows the pool.
+In the async schedule the width P·N is the number of proposal pipelines in flight; each keeps m rollouts busy while it
+screens, and the validations share the same pool. A width below W leaves workers idle whenever no validation runs (the
+README's W = 64 table: 4×4 merge ran at 1.8× the floor), so the width follows the pool.
 
-Wider is not free: at a fixed budget B, every validation window spends about P·N·2m calls on
-screening and |val| on validating the merged improvers, so a wider run has fewer windows, and
-each window is at most one generation. With proposals screened on 3 examples, the async merge kept
-dspy.GEPA 1×1's held-out at about five windows (``docs/benchmark-log.md``, "Filling a wide pool").
-Screened on a quarter of |val| (the default above one proposal at a time), a window costs more and
-five left too few generations: at W = 16, B = 600, |val| = 30 (10 seeds against dspy.GEPA with its
-defaults, ``docs/benchmarks.md``, "Other settings"), 5 in flight scored −0.054 / −0.029 on the
-depth / breadth landscapes and −0.35 where each improvement builds on the last; 3 in flight (seven
-windows) −0.028 / +0.013 and −0.25, at 3.2-5.0× dspy.GEPA's speed instead of 3.8-6.4×, with fewer
-reflection calls. So the width is the pool's, capped where the budget would buy fewer than
-``MIN_VALIDATION_WINDOWS`` windows.
+Wider is not free: at a fixed budget B, every validation window spends about P·N·2m calls on screening and |val| on
+validating the merged improvers, so a wider run has fewer windows, and each window is at most one generation. With
+proposals screened on 3 examples, the async merge kept dspy.GEPA 1×1's held-out at about five windows
+(``docs/benchmark-log.md``, "Filling a wide pool"). Screened on a quarter of |val| (the default above one proposal at a
+time), a window costs more and five left too few generations: at W = 16, B = 600, |val| = 30 (10 seeds against dspy.GEPA
+with its defaults, ``docs/benchmarks.md``, "Other settings"), 5 in flight scored −0.054 / −0.029 on the depth / breadth
+landscapes and −0.35 where each improvement builds on the last; 3 in flight (seven windows) −0.028 / +0.013 and −0.25,
+at 3.2-5.0× dspy.GEPA's speed instead of 3.8-6.4×, with fewer reflection calls. So the width is the pool's, capped where
+the budget would buy fewer than ``MIN_VALIDATION_WINDOWS`` windows.
 
-Validations in flight (``starts_validation``): one validation at a time leaves the pool to the
-pipelines while a sibling merge's reflection runs and while the validation's last wave drains, and
-a wide pool has improvers waiting all the while. So a second validation may start beside the
-first, but only once ``SECOND_VALIDATION_MIN_IMPROVERS`` improvers wait: it costs |val| calls
-whatever it validates, and one started for the first improver or two folds little into its merge.
-Measured side by side (``docs/benchmarks.md``, "Two validations in flight"; 5 seeds, both
-landscapes, fixed and lognormal call times), against one at a time: at W = 64, |val| = 150,
-waiting for 8 gave +0.011 to +0.030 held-out in all four cells and was as fast (1-10% sooner with
-a second benchmark sharing the cores; alone, the lognormal walls did not move); at W = 16,
-|val| = 30, starting at once cost 0.063 held-out on the mean of the cells, waiting for 4 cost 0.029,
-waiting for 8 0.004 (within a rerun's spread) at the same wall. At W = 256, where the second one
-used to start at once (W > |val|), waiting for 8 is as fast, and over ten seeds paired with
-dspy.GEPA 1×1 the held-out gap went from −0.025 / −0.032 to −0.011 / −0.022 with fixed call times.
+Validations in flight (``starts_validation``): one validation at a time leaves the pool to the pipelines while a sibling
+merge's reflection runs and while the validation's last wave drains, and a wide pool has improvers waiting all the
+while. So a second validation may start beside the first, but only once ``SECOND_VALIDATION_MIN_IMPROVERS`` improvers
+wait: it costs |val| calls whatever it validates, and one started for the first improver or two folds little into its
+merge. Measured side by side (``docs/benchmarks.md``, "Two validations in flight"; 5 seeds, both landscapes, fixed and
+lognormal call times), against one at a time: at W = 64, |val| = 150, waiting for 8 gave +0.011 to +0.030 held-out in
+all four cells and was as fast (1-10% sooner with a second benchmark sharing the cores; alone, the lognormal walls did
+not move); at W = 16, |val| = 30, starting at once cost 0.063 held-out on the mean of the cells, waiting for 4 cost
+0.029, waiting for 8 0.004 (within a rerun's spread) at the same wall. At W = 256, where the second one used to start at
+once (W > |val|), waiting for 8 is as fast, and over ten seeds paired with dspy.GEPA 1×1 the held-out gap went from
+−0.025 / −0.032 to −0.011 / −0.022 with fixed call times.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from dspy_pxn.checks import positive_int
-from dspy_pxn.ledger.ledger import RunStop
+from dspy_pxn.ledger.ledger import RunLedger
 
 # gepa's crossover (use_merge=True) scores the crossed program on at most this many val examples
 # (gepa.proposer.merge: num_subsample_ids=5) before its full validation.
@@ -63,13 +63,12 @@ class BudgetGuard:
     """
 
     def __init__(self, max_metric_calls: int, valset_size: int, minibatch_size: int, crossover: bool = False,
-                 name: str = "max_metric_calls", stop: RunStop | None = None):
+                 name: str = "max_metric_calls"):
         self.max_metric_calls = max_metric_calls
         self.valset_size = valset_size
         self.minibatch_size = minibatch_size
         self.crossover = crossover  # gepa's crossover (use_merge=True) may replace a step, or run beside them
         self.name = name  # what the budget is called where it ends the run: "max_metric_calls", or "auto"
-        self.stop = stop or RunStop()  # the run's one "it is over" signal, which the guard gives for its budget
         self.reserved = 0  # calls promised to work in flight, not yet spent
         self.open: set[Reservation] = set()  # the work in flight the promises are for
 
@@ -173,12 +172,13 @@ class BudgetGuard:
         validations can change the run's result."""
         return self.remaining(state) + sum(r.releasable for r in self.open) >= self.valset_size
 
-    def ended(self, state: SpendsMetricCalls, crossover_due: bool = False) -> bool:
-        """Whether what is left cannot pay for the step the run would take next; if so, the guard says its budget
-        ended the run (``stop``: the first budget to say so is the one the run reports)."""
+    def ended(self, state: SpendsMetricCalls, ledger: RunLedger, crossover_due: bool = False) -> bool:
+        """Whether what is left cannot pay for the step the run would take next; if so, the guard says on the run's
+        stop signal (the ``ledger``'s) that its budget ended the run: the first budget to say so is the one the
+        run reports."""
         if self.can_step(self.remaining(state), crossover_due):
             return False
-        self.stop.end(self.name, f"{self.remaining(state)} metric calls left cannot pay for another step")
+        ledger.end(self.name, f"{self.remaining(state)} metric calls left cannot pay for another step")
         return True
 
 

@@ -84,7 +84,7 @@ class RunCaps(BaseCallback):
     def __init__(self, ledger: RunLedger, max_cost_usd: float | None, max_reflection_cost_usd: float | None,
                  max_wall_s: float | None,
                  tokens_per_byte: Mapping[str, float] | None = None):
-        self.ledger, self.stop = ledger, ledger.stop
+        self.ledger = ledger  # what is spent, and the run's stop signal
         self.max_cost_usd, self.max_reflection_cost_usd, self.max_wall_s = (
             max_cost_usd, max_reflection_cost_usd, max_wall_s)
         self.lock = threading.Lock()
@@ -110,7 +110,7 @@ class RunCaps(BaseCallback):
 
     def refuse(self, budget: str, why: str) -> None:
         """Stop the run now: every later call is refused, naming ``budget``."""
-        self.stop.end(budget, why, refuse=True)
+        self.ledger.end(budget, why, refuse=True)
         with self.settled:
             self.settled.notify_all()
 
@@ -148,11 +148,11 @@ class RunCaps(BaseCallback):
 
     # -- the gate: DSPy callback, first in the context's list ----------------------------
     def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
-        if self.stop.returned:  # the search is over: the held-out evaluation's calls pass
+        if self.ledger.returned:  # the search is over: the held-out evaluation's calls pass
             return
         reflection = bool(dspy.settings.get(REFLECTING, False))
-        if self.stop.refusing:
-            raise CapReached(self.stop.budget or "max_cost_usd", f"the run was stopped by {self.stop.budget}")
+        if self.ledger.refusing:
+            raise CapReached(self.ledger.stopped_by or "max_cost_usd", f"the run was stopped by {self.ledger.stopped_by}")
         if self._past_deadline():
             self.refuse("max_wall_s", f"the deadline of {self.max_wall_s:g} s has passed")
             raise CapReached("max_wall_s", f"max_wall_s={self.max_wall_s:g} s has passed")
@@ -163,8 +163,8 @@ class RunCaps(BaseCallback):
             reflection_usd = worst if reflection else 0.0
             while ((over := self._over(worst, reflection_usd)) is not None and self.reserved
                    and self._over(worst, reflection_usd, settled=True) is None):
-                if self.stop.refusing or self._past_deadline():
-                    over = self.stop.budget if self.stop.refusing else "max_wall_s"
+                if self.ledger.refusing or self._past_deadline():
+                    over = self.ledger.stopped_by if self.ledger.refusing else "max_wall_s"
                     break
                 left_s = self.seconds_left() if self.max_wall_s is not None else 1.0
                 self.settled.wait(timeout=max(0.001, min(1.0, left_s)))  # looks again in a second, or at the deadline
@@ -219,12 +219,12 @@ class RunCaps(BaseCallback):
         """The budget that does not allow this much more work (None: all do), and says so once: its
         dollars (``_short_of``) or its time (``in_time``)."""
         if (short := self._short_of(rollouts, reflections)) is not None:
-            self.stop.end(short, "the dollars left do not pay for the next piece of work at the cost measured so far")
-            return self.stop.budget
+            self.ledger.end(short, "the dollars left do not pay for the next piece of work at the cost measured so far")
+            return self.ledger.stopped_by
         if not self.in_time(rollout_waves, reflections_in_series):
-            self.stop.end("max_wall_s", "the next piece of work cannot finish before the deadline at the latencies "
-                                        "measured so far")
-            return self.stop.budget
+            self.ledger.end("max_wall_s", "the next piece of work cannot finish before the deadline at the latencies "
+                                          "measured so far")
+            return self.ledger.stopped_by
         return None
 
     def _short_of(self, rollouts: int, reflections: int) -> str | None:

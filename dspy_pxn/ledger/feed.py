@@ -1,19 +1,17 @@
 """How a run's LM calls reach its ledger: one callback at the LMs it reaches, and DSPy's retry loop.
 
-The callback, ``FEED``, sits on each LM the run reaches (``reachable_lms``: the context's LM, the
-reflection LM, every LM a program holds) and tells the ledgers active in the caller's context (a
-DSPy setting, which reaches the pools' threads and ``dspy.Parallel``'s) when a call starts and ends.
-Only LM calls dispatch to it: a context-wide callback would make DSPy dispatch every module and
-adapter event of every rollout, a third of the driver's CPU per call on a light task. A call from
-outside the run reaches no ledger of the run; an LM the program does not hold (a module-level LM)
-is not heard, but its billed usage reaches the ledger, which reports it (``unheld``).
+The callback, ``FEED``, sits on each LM the run reaches (``reachable_lms``) and tells the ledgers active in the
+caller's context (a DSPy setting, which reaches the pools' threads and ``dspy.Parallel``'s) when a call starts and
+ends. Only LM calls dispatch to it: a context-wide callback would make DSPy dispatch every module and adapter event of
+every rollout, a third of the driver's CPU per call on a light task. A call from outside the run reaches no ledger of
+the run; an LM the program does not hold (a module-level LM) is not heard, but its billed usage reaches the ledger,
+which reports it (``unheld``).
 
 Attempts. DSPy 3.4 retries failed requests itself on every engine (native lm15, litellm, custom):
-``dspy.clients.execution.execute`` makes one ``_attempt`` per request and no engine retries under it
-(measured: one HTTP request per attempt). DSPy exposes no count of them, so they and their async
-twins are wrapped once per process, unchanged, and tell the calls in progress in the caller's
-context. A call that never reached them (a DSPy without them, an LM that bypasses DSPy's execution)
-has unknown attempts, which the run reports as None, never as 0.
+``dspy.clients.execution.execute`` makes one ``_attempt`` per request and no engine retries under it (measured: one HTTP
+request per attempt). DSPy exposes no count of them, so they and their async twins are wrapped once per process,
+unchanged, and tell the calls in progress in the caller's context. A call that never reached them (a DSPy without them,
+an LM that bypasses DSPy's execution) has unknown attempts, which the run reports as None, never as 0.
 """
 
 from __future__ import annotations
@@ -46,10 +44,9 @@ def active_ledgers() -> tuple[RunLedger, ...]:
 
 
 class _Feed(BaseCallback):
-    """An LM's instance-level callback: its calls go to the ledgers active in the caller's context.
-
-    Stateless and one per process, so an LM copied during a run (a candidate program's deep copy,
-    a Ray actor's unpickled LM) carries the same object, which does nothing where no run counts."""
+    """An LM's instance-level callback: its calls go to the ledgers active in the caller's context. Stateless and one
+    per process, so an LM copied during a run (a candidate program's deep copy, a Ray actor's unpickled LM) carries the
+    same object, which does nothing where no run counts."""
 
     def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
         for ledger in active_ledgers():

@@ -6,9 +6,9 @@ billed call's usage while the call is in progress. It is the only place a call i
 a dollar cap reading it is never late. It also keeps the run's pace and its one clock (the step
 events' rollouts and reflections, how long they took): the deadline, the caps' plans and each step
 record's time left read the same numbers, so none can disagree. The caps, step records, progress
-line, tracking, result and resume all read it; a step's share is ``tally().since(previous)``. Its
-``stop`` (``RunStop``) is the run's one signal that it is over; then the ledger is frozen
-(``search_returned``).
+line, tracking, result and resume all read it; a step's share is ``tally().since(previous)``. It
+holds the run's one signal that it is over (``end``, ``stopped_by``, ``refusing``, ``returned``), read by
+every schedule, pool and callback; once the search has returned, the ledger is frozen (``search_returned``).
 """
 
 from __future__ import annotations
@@ -163,31 +163,6 @@ def calls_in_progress() -> tuple[tuple[RunLedger, Call], ...]:
     return _IN_PROGRESS.get()
 
 
-class RunStop:
-    """The one signal that the run is over, read by every schedule, pool and callback.
-
-    ``budget`` names what ended the search (no more work is started, what is in flight may finish);
-    ``refusing``: every LM call of the search is refused from now on (a cap refused one); ``returned``:
-    the search has returned, and nothing that happens now is the run's (``RunLedger.search_returned``).
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.budget: str | None = None
-        self.refusing = False
-        self.returned = False
-
-    def end(self, budget: str, why: str, refuse: bool = False) -> None:
-        """No more work is started (and with ``refuse``, every later LM call is refused): ``budget`` ended the
-        run, the first to say so is kept."""
-        with self._lock:
-            first = not self.refusing if refuse else self.budget is None
-            self.budget, self.refusing = self.budget or budget, self.refusing or refuse
-        if first:
-            logger.info("%s: %s; %s.", budget, why, "the search stops and returns the best program found" if refuse
-                        else "no more work is started")
-
-
 class _BilledEntries(defaultdict):
     """A tracker's ``usage_data`` that bills each entry to a ledger as it is added (a program's own
     ``dspy.track_usage()`` hands its entries up by extending these lists, not through ``add_usage``)."""
@@ -232,15 +207,19 @@ class RunLedger(BilledTracker, StepListener):
     ``prices``: models priced before the run (a dollar cap checks them all); others are looked up on
     their first billed call. ``earlier_usd``: dollars (all, reflection) a resumed run had spent before.
     The clock runs from construction until ``start`` restarts it when the search begins.
+
+    The run's stop signal: ``stopped_by`` names the budget that ended the search (no more work is started,
+    what is in flight may finish); ``refusing``: every LM call of the search is refused from now on (a cap
+    refused one); ``returned``: the search has returned, and nothing that happens now is the run's.
     """
 
-    def __init__(self, prices: dict[str, Price | None] | None = None, *, earlier_usd: tuple[float, float] = (0.0, 0.0),
-                 stop: RunStop | None = None):
+    def __init__(self, prices: dict[str, Price | None] | None = None, *, earlier_usd: tuple[float, float] = (0.0, 0.0)):
         super().__init__(self)
         self.parent: UsageTracker | None = None  # an enclosing tracker (``dspy.track_usage()`` around compile)
         self.prices: dict[str, Price | None] = dict(prices or {})
         self.earlier_usd, self.earlier_reflection_usd = earlier_usd
-        self.stop = stop or RunStop()  # the run's, which its budget guard shares
+        self.stopped_by: str | None = None
+        self.refusing = self.returned = False
         self._lock = threading.Lock()
         self._open: dict[str, Call] = {}
         self._tally = Tally()
@@ -259,7 +238,7 @@ class RunLedger(BilledTracker, StepListener):
         call = Call(call_id, model, reflection=bool(dspy.settings.get(REFLECTING, False)),
                     usage_elsewhere=not isinstance(dspy.settings.usage_tracker, BilledTracker))
         with self._lock:
-            if self.stop.returned:  # a call the search returned without: never the run's
+            if self.returned:  # a call the search returned without: never the run's
                 call.abandoned = True
                 self._tally = replace(self._tally, abandoned=self._tally.abandoned + 1)
             else:
@@ -304,7 +283,7 @@ class RunLedger(BilledTracker, StepListener):
         price = self.prices[model]
         cost = price.of(prompt, completion) if price is not None else 0.0
         with self._lock:
-            if self.stop.returned:
+            if self.returned:
                 return
             handed_up = call is None and self._handed_up_later > 0
             self._handed_up_later -= handed_up
@@ -327,6 +306,17 @@ class RunLedger(BilledTracker, StepListener):
         if self.parent is not None:  # as DSPy hands a nested tracker's usage up
             self.parent.add_usage(model, entry)
 
+    # -- the stop signal --------------------------------------------------------------------------------
+    def end(self, budget: str, why: str, refuse: bool = False) -> None:
+        """No more work is started (and with ``refuse``, every later LM call is refused): ``budget`` ended the
+        run, the first to say so is kept."""
+        with self._lock:
+            first = not self.refusing if refuse else self.stopped_by is None
+            self.stopped_by, self.refusing = self.stopped_by or budget, self.refusing or refuse
+        if first:
+            logger.info("%s: %s; %s.", budget, why, "the search stops and returns the best program found" if refuse
+                        else "no more work is started")
+
     # -- reading ----------------------------------------------------------------------------------------
     def tally(self) -> Tally:
         with self._lock:
@@ -341,13 +331,13 @@ class RunLedger(BilledTracker, StepListener):
     def absorb(self, remote: Tally) -> None:
         """Calls made where the feed could not hear them (a Ray actor's rollouts), counted and priced there."""
         with self._lock:
-            if not self.stop.returned:
+            if not self.returned:
                 self._tally = self._tally.plus(remote)
 
     def search_returned(self) -> None:
         """The search is over: calls in flight now are abandoned, and nothing later changes the tally."""
         with self._lock:
-            self.stop.returned = True
+            self.returned = True
             for call in self._open.values():
                 call.abandoned = True
             self._tally = replace(self._tally, abandoned=self._tally.abandoned + len(self._open))

@@ -1,12 +1,11 @@
 """A cap on LM calls in progress at once: ``BatchedGEPA(max_concurrent_lm_calls=K)``.
 
-Providers limit requests, not workers: W = 64 workers against a provider that allows 16 concurrent
-requests must queue, not collect 429s. ``LMCallLimiter`` is a context-wide DSPy callback (it must
-hold for any LM, so it pays DSPy's dispatch of every event): ``on_lm_start`` blocks until one of K
-slots is free, ``on_lm_end`` (in DSPy's ``finally``) frees it. It counts nothing: the ledger does.
-A slot is held while DSPy sleeps before a retry (``Retry-After``, else 1, 2, 4 s), so a rate-limited
-run sends fewer requests meanwhile; one attempt at a time per call bounds the requests in flight.
-It caps DSPy's synchronous path (the pools' threads); an ``acall`` on an event loop is not capped.
+Providers limit requests, not workers: W = 64 workers against a provider that allows 16 concurrent requests must
+queue, not collect 429s. ``LMCallLimiter`` is a context-wide DSPy callback (it must hold for any LM, so it pays DSPy's
+dispatch of every event): ``on_lm_start`` blocks until one of K slots is free, ``on_lm_end`` (in DSPy's ``finally``)
+frees it. It counts nothing: the ledger does. A slot is held while DSPy sleeps before a retry (``Retry-After``, else
+1, 2, 4 s), so a rate-limited run sends fewer requests meanwhile; one attempt at a time per call bounds the requests
+in flight. It caps DSPy's synchronous path (the pools' threads); an ``acall`` on an event loop is not capped.
 """
 
 from __future__ import annotations
@@ -23,11 +22,8 @@ CAP_HINT = "Set it to the concurrent requests your provider allows, e.g. 16."
 
 
 class LMCallLimiter(BaseCallback):
-    """At most ``max_concurrent`` LM calls at once.
-
-    One limiter may be shared by several runs (e.g. a sweep against one provider account): pass the
-    same instance as ``BatchedGEPA(max_concurrent_lm_calls=limiter)``.
-    """
+    """At most ``max_concurrent`` LM calls at once. One limiter may be shared by several runs (e.g. a sweep against
+    one provider account): pass the same instance as ``BatchedGEPA(max_concurrent_lm_calls=limiter)``."""
 
     def __init__(self, max_concurrent: int):
         self.max_concurrent = positive_int("max_concurrent_lm_calls", max_concurrent, CAP_HINT)

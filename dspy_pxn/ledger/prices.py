@@ -1,13 +1,11 @@
 """What an LM call costs: prices per token, and the most one call can cost before it is made.
 
-Prices come from the price map DSPy ships (``dspy.clients.model_metadata``, a copy of litellm's
-``model_prices_and_context_window.json``), and first from litellm's own map where litellm is
-imported already, so ``litellm.register_model(...)`` prices a model litellm does not know. Nothing
-here imports litellm: on DSPy's native engine a run never loads it.
+Prices come from litellm's own map where litellm is imported already (so ``litellm.register_model(...)`` prices a
+model litellm does not know), else from the copy DSPy ships (``dspy.clients.model_metadata``). Nothing here imports
+litellm: on DSPy's native engine a run never loads it.
 
-The worst case of a call (what a dollar cap reserves before the call) is its prompt's tokens, bounded
-without a tokenizer (``PromptTokenBound``), plus its ``max_tokens`` of output. The reservation is settled
-at the billed cost when the call ends.
+The worst case of a call (what a dollar cap reserves before it, settled at the billed cost when it ends) is its
+prompt's tokens, bounded without a tokenizer (``PromptTokenBound``), plus its ``max_tokens`` of output.
 """
 
 from __future__ import annotations
@@ -45,9 +43,8 @@ FREE = Price(0.0, 0.0)
 
 
 def use_bundled_price_maps() -> None:
-    """No network but the user's LMs: DSPy (on its first priced call) and litellm (on import) fetch their
-    price map from GitHub unless ``LITELLM_LOCAL_MODEL_COST_MAP`` says to use the copy they ship. Said
-    before a run's first LM call; a value the user set is kept."""
+    """No network but the user's LMs: DSPy (on its first priced call) and litellm (on import) fetch their price map
+    from GitHub unless ``LITELLM_LOCAL_MODEL_COST_MAP`` says to use their copy; said before a run's first LM call."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
@@ -64,8 +61,7 @@ def price_of(lm: Any) -> Price | None:
     """The LM's price; free for a model served on this machine (a local provider, or an ``api_base`` on the
     loopback interface) that no map prices; None when unknown."""
     model = str(getattr(lm, "model", ""))
-    price = token_prices(model)
-    if price is not None:
+    if (price := token_prices(model)) is not None:
         return price
     api_base = (getattr(lm, "kwargs", None) or {}).get("api_base") or getattr(lm, "api_base", None)
     host = urlparse(api_base).hostname if isinstance(api_base, str) else None
@@ -115,10 +111,9 @@ def prompt_size(inputs: Mapping[str, Any]) -> int:
 class PromptTokenBound:
     """The most tokens a prompt of a given size may be billed as, per model, learned from the provider's bills.
 
-    Before the provider billed a call of the model: one token per byte (a byte-level BPE tokenizer never
-    makes more). Then: the most tokens per byte billed so far, ``MARGIN`` more, never above one per byte.
-    A run's prompts come from one program's templates, so their ratio varies little; a call billed above
-    its bound is warned about by the gate that reserved it."""
+    Before the provider billed a call of the model: one token per byte (a byte-level BPE tokenizer never makes more).
+    Then: the most tokens per byte billed so far, ``MARGIN`` more, never above one per byte. A run's prompts come from
+    one program's templates, so their ratio varies little; the gate that reserved a call billed above it warns."""
 
     MARGIN = 1.25
 

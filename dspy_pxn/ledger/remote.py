@@ -94,12 +94,12 @@ class RemoteShares:
         what is left pays for at the kind's worst case (``Allowance.units``; the map sends the rest after
         them). Refused (``CapReached``) when what is left does not pay for one unit, even once the work in
         flight settles."""
-        caps, stop = self.caps, self.caps.stop
+        caps, stop = self.caps, self.caps.ledger
         if stop.returned:
             return None
         while True:
             if stop.refusing:
-                raise CapReached(stop.budget or "max_cost_usd", f"the run was stopped by {stop.budget}")
+                raise CapReached(stop.stopped_by or "max_cost_usd", f"the run was stopped by {stop.stopped_by}")
             seconds = caps.seconds_left()
             if seconds is not None and seconds <= 0:
                 caps.refuse("max_wall_s", f"the deadline of {caps.max_wall_s:g} s has passed")

@@ -16,11 +16,10 @@ from dspy_pxn.pools.threads import R, T, ThreadWorkerPool
 class WorkerPool(Protocol):
     """What the optimizer needs from a pool: ordered map, size, usage counters, close.
 
-    ``map`` runs rollouts wherever the pool's workers are (for a remote pool, ``fn`` and the
-    items must be picklable); ``map_local`` runs work that must stay in this process, such
-    as a custom proposer's reflection, which may keep state here. A pool whose ``map`` runs in other
-    processes says ``remote = True``: dspy's built-in reflection calls then go there too
-    (their inputs are built here), since each costs the driver an LM call's CPU.
+    ``map`` runs rollouts wherever the pool's workers are (for a remote pool, ``fn`` and the items must
+    be picklable); ``map_local`` runs work that must stay in this process, such as a custom proposer's
+    reflection, which may keep state here. A pool whose ``map`` runs in other processes says ``remote =
+    True``: dspy's built-in reflection calls then go there too, since each costs the driver an LM call's CPU.
     """
 
     num_workers: int

@@ -1,27 +1,22 @@
 """Rollouts on a Ray cluster, behind the same WorkerPool interface as the thread pool.
 
-When one machine's threads are not enough (an agent in a sandbox, a local model per GPU
-node), rollouts run on Ray while the optimizer's loop stays on the driver. Rollouts are
-I/O-bound LM calls, so a Ray task per rollout would waste a worker process (and its dspy
-import) on each one; instead a few long-lived *threaded actors* each run many rollouts at
-once, and ``max_concurrency`` caps the total like W caps the thread pool.
+For when one machine's threads are not enough (an agent in a sandbox, a local model per GPU node); the
+optimizer's loop stays on the driver. Rollouts are I/O-bound LM calls, so a Ray task per rollout would
+waste a worker process (and its dspy import) on each; instead a few long-lived *threaded actors* each
+run many rollouts at once, and ``max_concurrency`` caps the total as W caps the thread pool.
 
-One driver process feeds every actor, so its CPU per rollout bounds the W a run can use;
-the pool keeps it small. The driver pays per Ray call, not per rollout: rollouts travel in
-batches (at most what one actor runs at once), and maps that wait together (the async
-schedule's pipelines, a few rollouts each) share batches, built by one dispatcher thread.
-A killed actor is restarted by Ray and its in-flight calls are retried (``max_task_retries``);
-a call that still fails raises ``WorkerLostError`` instead of hanging the step.
+One driver process feeds every actor, so its CPU per Ray call bounds the W a run can use: rollouts
+travel in batches (at most what one actor runs at once), and maps that wait together (the async
+schedule's pipelines, a few rollouts each) share batches, built by one dispatcher thread. A killed
+actor is restarted by Ray and its in-flight calls retried (``max_task_retries``); a call that still
+fails raises ``WorkerLostError`` instead of hanging the step.
 
-A rollout's LM accounting comes back with its result: each unit runs under a ledger of its
-own on the actor (its calls, attempts, retries and failures, priced at the run's prices), and
-the driver's run ledger absorbs that tally, so a step's tokens, cost and retries read the same
-as with threads. The run's ``max_concurrent_lm_calls`` cap is a
-semaphore in the driver's process, which actors cannot share; rollouts make their LM calls
-one at a time, so the driver caps *rollouts* in flight at that number instead.
+Each unit runs under a ledger of its own on the actor (priced at the run's prices) whose tally the
+driver's run ledger absorbs, so a step's tokens, cost and retries read the same as with threads. The
+``max_concurrent_lm_calls`` semaphore lives in the driver's process, which actors cannot share;
+rollouts make their LM calls one at a time, so the driver caps *rollouts* in flight at that number.
 
-Ray is an optional extra (``pip install 'dspy-pxn[ray]'``): importing dspy_pxn never
-imports ray; constructing a ``RayWorkerPool`` does.
+Ray is an optional extra (``pip install 'dspy-pxn[ray]'``): importing dspy_pxn never imports ray.
 """
 
 from __future__ import annotations
@@ -62,10 +57,9 @@ class WorkerLostError(RuntimeError):
 class RolloutActor:
     """Runs the driver's functions under the driver's dspy settings, many at once (threads).
 
-    A batch (one actor call: the driver pays per Ray call) may serve several of the driver's maps, one
-    group each, and comes back with each group's usage and call counts summed once. The function and the
-    settings arrive boxed (so Ray does not resolve them per call); the actor resolves each once and keeps
-    it, so a function that caches work (built programs) keeps its cache from batch to batch.
+    A batch may serve several of the driver's maps, one group each. The function and the settings arrive boxed
+    (so Ray does not resolve them per call); the actor resolves each once and keeps it, so a function that caches
+    work (built programs) keeps its cache from batch to batch.
     """
 
     def __init__(self, threads: int = 1):
@@ -76,10 +70,9 @@ class RolloutActor:
         self, groups: Sequence[tuple[list[Any], list[Any], Sequence[Any], Allowance | None, dict[str, Price | None]]]
     ) -> list[tuple[list[Any], float, Tally, BaseException | None, float, dict[str, float]]]:
         """Per group (boxed function, boxed settings, items, what each item may spend, the run's prices): every
-        item's result in order, their summed seconds, the tally of the LM calls the group made (for the
-        driver's ledger), what the function raised, if it did, the largest worst case one item reserved and
-        the prompt tokens per byte its gates learned (``dspy_pxn.ledger.remote``). Groups are the driver's maps
-        this call serves."""
+        item's result in order, their summed seconds, the group's LM calls' tally (for the driver's ledger), what
+        the function raised, the largest worst case one item reserved and the prompt tokens per byte its gates
+        learned (``dspy_pxn.ledger.remote``)."""
         runs = [[self._executor.submit(self._one, self._resolve(fn[0]), self._resolve(settings[0]), item, allowance,
                                        prices) for item in items]
                 for fn, settings, items, allowance, prices in groups]
@@ -122,9 +115,7 @@ class RolloutActor:
 
 
 @dataclass(frozen=True)
-class _Unit:
-    """One item's outcome on an actor, with the tally of the LM calls it made."""
-
+class _Unit:  # one item's outcome on an actor
     result: Any
     error: BaseException | None
     seconds: float
@@ -134,9 +125,7 @@ class _Unit:
 
 
 @dataclass(eq=False)
-class _MapRequest:
-    """One ``map`` call: what to run, whose ledgers to credit, and where its results go."""
-
+class _MapRequest:  # one ``map`` call: what to run, whose ledgers to credit, and where its results go
     fn_box: list[Any]
     settings_box: list[Any]
     items: list[Any]
@@ -157,9 +146,8 @@ class _MapRequest:
         self._missing = len(self.items)
 
     def deliver(self, indices: list[int], results: list[Any], error: BaseException | None = None) -> None:
-        """The items at ``indices`` are back, with their results or the error they failed with; a map that
-        failed raises its first error once all its items are back (so their LM usage is in the run's ledger
-        before its caller goes on)."""
+        """A failed map raises its first error only once all its items are back, so their LM usage is in the
+        run's ledger before its caller goes on."""
         with self._lock:
             if error is None:
                 for index, result in zip(indices, results, strict=True):
@@ -190,14 +178,8 @@ class RayWorkerPool:
 
     remote = True  # map runs elsewhere: what it maps must pickle, and driver CPU is saved by mapping
 
-    def __init__(
-        self,
-        address: str | None = None,
-        max_concurrency: int = 64,
-        actors: int | None = None,
-        max_task_retries: int = 2,
-        init_kwargs: dict[str, Any] | None = None,
-    ):
+    def __init__(self, address: str | None = None, max_concurrency: int = 64, actors: int | None = None,
+                 max_task_retries: int = 2, init_kwargs: dict[str, Any] | None = None):
         positive_int("max_concurrency", max_concurrency)
         if isinstance(max_task_retries, bool) or not isinstance(max_task_retries, int) or max_task_retries < 0:
             raise ValueError(f"max_task_retries must be an int >= 0, got {max_task_retries!r}.")
@@ -205,21 +187,17 @@ class RayWorkerPool:
         try:
             import ray
         except ImportError:
-            raise ImportError(
-                "pool='ray' needs Ray: pip install 'dspy-pxn[ray]' (or pip install ray), then start or join a "
-                "cluster with `ray start --head`."
-            ) from None
+            raise ImportError("pool='ray' needs Ray: pip install 'dspy-pxn[ray]' (or pip install ray), then start or "
+                              "join a cluster with `ray start --head`.") from None
         self._ray = ray
-        self._owns_ray = False
+        self._owns_ray = address is None and not ray.is_initialized()  # this pool starts a local Ray
         if not ray.is_initialized():
             ray.init(address=address, include_dashboard=False, log_to_driver=False, **(init_kwargs or {}))
-            self._owns_ray = address is None
         cpus = int(ray.cluster_resources().get("CPU", 1)) or 1
         count = min(actors or cpus, max_concurrency)
         per_actor = -(-max_concurrency // count)
-        actor_class = ray.remote(RolloutActor).options(
-            num_cpus=0, max_concurrency=per_actor, max_restarts=-1, max_task_retries=max_task_retries
-        )
+        actor_class = ray.remote(RolloutActor).options(num_cpus=0, max_concurrency=per_actor, max_restarts=-1,
+                                                       max_task_retries=max_task_retries)
         self._actors = [actor_class.remote(per_actor) for _ in range(count)]
         self._batch_limit = per_actor  # one actor call never holds more than its actor runs at once
         self._next = itertools.cycle(range(count))
@@ -240,18 +218,15 @@ class RayWorkerPool:
         return self._shipped(identity, lambda: (value, self._ray.put(value)))[1]
 
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
-        """Run ``fn`` over ``items`` on the actors, results in input order.
-
-        ``fn`` and the items must be picklable (module-level functions, partials, lambdas
-        over picklable values); the calling context's dspy LM and adapter go along.
+        """Run ``fn`` over ``items`` on the actors, results in input order. ``fn`` and the items must be picklable
+        (module-level functions, partials, lambdas over picklable values); the caller's dspy LM and adapter go along.
         """
         run_caps = caps.active()
         shares = shares_of(run_caps) if run_caps is not None else None
         results: list[R] = []
         while len(results) < len(items):
             left = items[len(results):]
-            allowance = shares.allowance(len(left), bool(getattr(fn, "reflects", False))) if (
-                shares is not None) else None
+            allowance = None if shares is None else shares.allowance(len(left), bool(getattr(fn, "reflects", False)))
             part = left[:allowance.units] if allowance is not None else left  # what a dollar cap pays for now
             request = self._request(fn, part, run_caps, allowance)
             self._requests.put(request)
@@ -269,19 +244,14 @@ class RayWorkerPool:
     def _request(self, fn: Callable[[T], R], items: Sequence[T], run_caps: RunCaps | None,
                  allowance: Allowance | None) -> _MapRequest:
         settings = {name: getattr(dspy.settings, name) for name in SHIPPED_SETTINGS if getattr(dspy.settings, name)}
-        limiters = active_limiters()
-        ledgers = feed.active_ledgers()
+        limiters, ledgers = active_limiters(), feed.active_ledgers()
         return _MapRequest(
             fn_box=[self._ship(fn, (id(fn),))],
             settings_box=[self._ship(settings, tuple(id(value) for value in settings.values()) + (0,))],
-            items=list(items),
-            ledgers=ledgers,
-            prices=dict(ledgers[-1].prices) if ledgers else {},
+            items=list(items), ledgers=ledgers, prices=dict(ledgers[-1].prices) if ledgers else {},
             # max_concurrent_lm_calls as rollouts in flight, on the limiters' own slots: one cap for all maps.
             caps=sorted((c.slots for c in limiters), key=id),
-            cap_size=min((c.max_concurrent for c in limiters), default=None),
-            run_caps=run_caps,
-            allowance=allowance,
+            cap_size=min((c.max_concurrent for c in limiters), default=None), run_caps=run_caps, allowance=allowance,
         )
 
     def _dispatch(self) -> None:
@@ -293,11 +263,8 @@ class RayWorkerPool:
             if first is None:
                 return
             waiting = [first]
-            while True:
-                try:
-                    request = self._requests.get_nowait()
-                except queue.Empty:
-                    break
+            while not self._requests.empty():  # this thread is the queue's only reader
+                request = self._requests.get_nowait()
                 if request is None:
                     self._requests.put(None)
                     break
@@ -332,7 +299,6 @@ class RayWorkerPool:
 
     def _finish(self, future: Any, batch: list[tuple[_MapRequest, int]],
                 served: list[tuple[_MapRequest, list[int]]]) -> None:
-        """An actor call came back: release its slots, hand each map its results and its LM accounting."""
         self._release(batch)
         try:
             outputs = future.result()

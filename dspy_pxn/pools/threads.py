@@ -1,9 +1,8 @@
 """The default worker pool: W threads in this process, shared by every rollout and reflection.
 
-Upstream splits ``num_threads`` statically across the candidates of a batch, so a
-30-example validation gets the same share as a 3-example minibatch and straggles.
-Here every unit of work of a step (one rollout, or one reflection call) is a task in
-a single pool, so W workers stay busy until the step's work runs out.
+Upstream splits ``num_threads`` statically across the candidates of a batch, so a 30-example validation gets the
+same share as a 3-example minibatch and straggles. Here every unit of work of a step (one rollout, or one
+reflection call) is a task in a single pool, so W workers stay busy until the step's work runs out.
 """
 
 from __future__ import annotations
@@ -24,9 +23,8 @@ R = TypeVar("R")
 class ThreadWorkerPool:
     """A fixed set of threads; each task runs in a copy of the submitter's context.
 
-    DSPy keeps per-call settings (``dspy.context(lm=...)``, traces) in context
-    variables, so a task must see the submitter's context, and each task needs its
-    own copy because one ``Context`` cannot be entered by two threads at once.
+    DSPy keeps per-call settings (``dspy.context(lm=...)``, traces) in context variables, so a task must
+    see the submitter's context, each in its own copy: one ``Context`` cannot be entered by two threads.
     """
 
     remote = False  # map runs in this process: reflections stay on the caller's thread in async runs
@@ -41,16 +39,11 @@ class ThreadWorkerPool:
         self._local = threading.local()
 
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
-        """Run ``fn`` over ``items`` on the pool and return results in input order.
-
-        Called from inside a pool task (a program that fans out itself), the work runs
-        inline: waiting on the pool from one of its own workers could deadlock it.
-        """
+        """``fn`` over ``items``, results in input order. Called from inside a pool task (a program that fans out
+        itself), the work runs inline: waiting on the pool from one of its own workers could deadlock it."""
         if getattr(self._local, "inside", False):
             return [fn(item) for item in items]
-        futures = [
-            self._executor.submit(contextvars.copy_context().run, self._timed, fn, item) for item in items
-        ]
+        futures = [self._executor.submit(contextvars.copy_context().run, self._timed, fn, item) for item in items]
         try:
             return [future.result() for future in futures]
         except BaseException:  # the caller hears of it once its other tasks are over: none outlives the map

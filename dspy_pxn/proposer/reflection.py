@@ -1,10 +1,9 @@
 """All P·N reflection calls of a step at once, on the run's worker pool.
 
-gepa runs an adapter's ``propose_new_texts`` once per task in a loop, so the P·N
-reflection LM calls of a step take P·N round trips. gepa also accepts a
-``ReflectionLM`` strategy with ``reflect_many``; this one fans the jobs out on the
-pool and delegates each job to the adapter's ``propose`` (for a DSPy program, dspy's own
-``DspyAdapter.propose_new_texts``, so the prompts and parsing are exactly dspy.GEPA's).
+gepa runs an adapter's ``propose_new_texts`` once per task in a loop, so a step's P·N reflection
+calls take P·N round trips. gepa also accepts a ``ReflectionLM`` strategy with ``reflect_many``;
+this one fans the jobs out on the pool, each to the adapter's ``propose`` (for a DSPy program,
+dspy's own ``DspyAdapter.propose_new_texts``, so the prompts and parsing are exactly dspy.GEPA's).
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ import functools
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import dspy
@@ -28,13 +27,6 @@ from dspy_pxn.ledger.ledger import REFLECTING
 from dspy_pxn.pools import WorkerPool
 
 logger = logging.getLogger(__name__)
-
-
-def _builtin(proposer: Any) -> bool:
-    """DSPy's own instruction proposer: an ``InstructionProposer`` (DSPy 3.4.1), or none set (3.4.0, which
-    proposes inline)."""
-    own = getattr(instruction_proposal, "InstructionProposer", None)
-    return proposer is None or (own is not None and isinstance(proposer, own))
 
 # ReflectionProposal.metadata[FEEDBACK_KEY][component]: the feedback a rewrite was made from. gepa copies
 # a reflection's metadata into its proposal, so a sibling merge (dspy_pxn.proposer.sibling_merge) can show it; and
@@ -66,10 +58,9 @@ def feedback_text(reflective_dataset: Any, component: str) -> str:
 def mutation_rollout_ids(jobs: Sequence[ReflectionJob]) -> list[int | None]:
     """Give the k-th repeat of a parent within one step ``rollout_id=k``.
 
-    Without it, two mutation requests for the same parent and the same reflective
-    data are the same LM request and DSPy's cache answers the second with the first
-    one's text. The first request keeps no rollout id, so a 1×1 run sends exactly the
-    requests dspy.GEPA sends (and hits the same cache entries).
+    Without it, two mutations of one parent on the same reflective data are the same LM request and
+    DSPy's cache answers the second with the first one's text. The first keeps no rollout id, so a 1×1
+    run sends exactly dspy.GEPA's requests (and hits the same cache entries).
     """
     seen: Counter[str] = Counter()
     ids: list[int | None] = []
@@ -80,22 +71,13 @@ def mutation_rollout_ids(jobs: Sequence[ReflectionJob]) -> list[int | None]:
     return ids
 
 
-def reflection_call(adapter: PooledAdapter) -> Callable[[tuple[ReflectionJob, dspy.BaseLM | None]], ReflectionProposal]:
-    """One reflection LM call as a function of (job, LM), for the pool: the adapter's ``propose``.
-
-    Picklable (the adapter travels without its driver-only state), so a remote pool can run reflection
-    calls on its workers; the reflective dataset is built on the driver, which holds the optimizer's state,
-    and travels with the job. ``reflects``: a pool that sends it elsewhere charges its LM calls to the
-    reflection budget.
-    """
-    call = functools.partial(reflect, adapter)
-    call.reflects = True  # type: ignore[attr-defined]
-    return call
-
-
 def reflect(adapter: PooledAdapter, job_and_lm: tuple[ReflectionJob, dspy.BaseLM | None]) -> ReflectionProposal:
-    """The job's proposal, under DSPy's own context for it (``lm``; the callbacks as they are), with the
-    reflection LM's raw replies (what gepa's trackers show as ``raw_lm_outputs``)."""
+    """One reflection LM call, for the pool: the job's proposal under DSPy's own context for it (``lm``; the
+    callbacks as they are), with the reflection LM's raw replies (gepa's trackers' ``raw_lm_outputs``).
+
+    Picklable with ``adapter`` bound (it travels without its driver-only state), so a remote pool can run it on
+    its workers; the reflective dataset is built on the driver, which holds the optimizer's state, and travels
+    with the job."""
     (candidate, reflective_dataset, components), lm = job_and_lm
     adapter = copy.copy(adapter)  # this job's reflection LM (DSPy 3.4.0's proposer reads it from the adapter)
     adapter.reflection_lm = lm
@@ -105,50 +87,39 @@ def reflect(adapter: PooledAdapter, job_and_lm: tuple[ReflectionJob, dspy.BaseLM
     except Exception as error:  # noqa: BLE001 - one failed reflection drops one proposal
         return ReflectionProposal(new_texts={}, metadata={"reflection_error": f"{type(error).__name__}: {error}"})
     feedback = {component: feedback_text(reflective_dataset, component) for component in new_texts}
-    return ReflectionProposal(new_texts=new_texts, raw_lm_outputs=by_component(replies, list(new_texts)),
+    if len(replies) == len(new_texts):  # dspy's proposer asks once per component, in order
+        raw = dict(zip(new_texts, replies, strict=True))
+    else:
+        raw = {component: "\n\n".join(replies) for component in new_texts}
+    return ReflectionProposal(new_texts=new_texts, raw_lm_outputs=raw,
                               metadata={FEEDBACK_KEY: feedback, DATASET_KEY: reflective_dataset})
-
-
-def by_component(replies: list[str], components: list[str]) -> dict[str, str]:
-    """One reply per rewritten component (dspy's proposer asks once per component, in order)."""
-    if len(replies) == len(components):
-        return dict(zip(components, replies, strict=True))
-    return {component: "\n\n".join(replies) for component in components}
 
 
 class PooledReflection:
     """gepa ``ReflectionLM`` that proposes every job of a step concurrently.
 
-    A job whose reflection raises (rate limit, malformed output) yields an empty
-    proposal: gepa then drops that proposal only, and the failure is logged and reported
-    (``StepEvents.reflected``). With dspy's built-in proposers, reflection calls run where the
-    pool runs rollouts; a custom proposer's stay in this process (``WorkerPool``).
+    A job whose reflection raises (rate limit, malformed output) yields an empty proposal: gepa then drops
+    that proposal only, and the failure is logged and reported (``StepEvents.reflected``). With dspy's
+    built-in proposers, reflection calls run where the pool runs rollouts; a custom proposer's stay here.
     """
 
-    def __init__(
-        self,
-        adapter: PooledAdapter,
-        reflection_lm: dspy.BaseLM | None,
-        pool: WorkerPool,
-        events: StepEvents | None = None,
-    ):
-        self.adapter = adapter
-        self.reflection_lm = reflection_lm
-        self.pool = pool
+    def __init__(self, adapter: PooledAdapter, reflection_lm: dspy.BaseLM | None, pool: WorkerPool,
+                 events: StepEvents | None = None):
+        self.adapter, self.reflection_lm, self.pool = adapter, reflection_lm, pool
         self.events = events or StepEvents()
         self._warned_zero_temperature = False
-        self._call = reflection_call(adapter)
-        # A user's own instruction proposer writes every instruction, the sibling merge's too (dspy_pxn.proposer.sibling_merge).
-        self.custom_instructions = not _builtin(getattr(adapter, "custom_instruction_proposer", None))
+        self._call = functools.partial(reflect, adapter)
+        self._call.reflects = True  # type: ignore[attr-defined] # a remote pool charges it to the reflection budget
+        # A user's own instruction proposer writes every instruction, the sibling merge's too. DSPy's own is an
+        # InstructionProposer (3.4.1), or none (3.4.0 proposes inline).
+        proposer = getattr(adapter, "custom_instruction_proposer", None)
+        own = getattr(instruction_proposal, "InstructionProposer", None)
+        self.custom_instructions = proposer is not None and not (own is not None and isinstance(proposer, own))
         builtin = not self.custom_instructions and getattr(adapter, "custom_code_proposer", None) is None
         self.remote = builtin and getattr(pool, "remote", False)
 
-    def reflect(
-        self,
-        candidate: dict[str, str],
-        reflective_dataset: Mapping[str, Sequence[Mapping[str, Any]]],
-        components_to_update: list[str],
-    ) -> tuple[ReflectionProposal, PooledReflection]:
+    def reflect(self, candidate: dict[str, str], reflective_dataset: Mapping[str, Sequence[Mapping[str, Any]]],
+                components_to_update: list[str]) -> tuple[ReflectionProposal, PooledReflection]:
         return self.reflect_many([(candidate, reflective_dataset, components_to_update)])[0]
 
     def reflect_many(self, jobs: list[ReflectionJob]) -> list[tuple[ReflectionProposal, PooledReflection]]:

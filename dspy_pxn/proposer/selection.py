@@ -1,23 +1,17 @@
 """Which improving children of a step are fully validated: the one vocabulary for it.
 
-Users say ``"all"`` (every improving child, the paper's AllImprovements), ``"best"``
-(the single best), an int *k* (top-k), ``"merge"`` (the improving children merged into one
-candidate, ``dspy_pxn.proposer.sibling_merge``), ``"merge+best"`` (that merge and the best child), or hand
-over a gepa ``SelectionStrategy``. The
-optimizer, the run's description (tracking params, resume settings), the runtime model
-and the command line all parse and name a selection here, so "top-2" means one thing.
+Users say ``"all"`` (every improving child, the paper's AllImprovements), ``"best"`` (the single best), an int *k*
+(top-k), ``"merge"`` (the improving children merged into one candidate, ``dspy_pxn.proposer.sibling_merge``),
+``"merge+best"`` (that merge and the best child), or hand over a gepa ``SelectionStrategy``. The optimizer, the
+run's description (tracking params, resume settings), the runtime model and the command line all parse and name a
+selection here, so "top-2" means one thing.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from gepa.strategies.proposal_selection import (
-    AllImprovements,
-    BestImprovement,
-    SelectionStrategy,
-    TopKImprovements,
-)
+from gepa.strategies.proposal_selection import AllImprovements, BestImprovement, SelectionStrategy, TopKImprovements
 
 Selection = str | int  # "all", "best", "merge", "merge+best" or k; what the runtime model and the CLI reason about
 
@@ -50,16 +44,14 @@ def checked(selection: Any) -> str | int | SelectionStrategy:
 
 def strategy(selection: str | int | SelectionStrategy) -> SelectionStrategy:
     """The gepa strategy for a selection (a strategy passed in is used as it is); not for the merges."""
-    if hasattr(selection, "select") and not isinstance(selection, (str, int)):
-        return selection  # type: ignore[return-value]
-    chosen = spec(selection)
+    chosen = checked(selection)
+    if not isinstance(chosen, (str, int)):
+        return chosen
     if chosen in MERGES:
         raise ValueError(f"selection={chosen!r} is built by the optimizer with its reflection LM (dspy_pxn.proposer.sibling_merge).")
-    if chosen == "all":
-        return AllImprovements()
-    if chosen == "best":
-        return BestImprovement()
-    return TopKImprovements(int(chosen))
+    if isinstance(chosen, int):
+        return TopKImprovements(chosen)
+    return AllImprovements() if chosen == "all" else BestImprovement()
 
 
 def label(selection: Any) -> str:
@@ -82,10 +74,4 @@ def kept(selection: Selection | SelectionStrategy, improvers: int) -> int:
         chosen = spec(selection)
     except ValueError:
         return improvers
-    if chosen == "all":
-        return improvers
-    if chosen in ("best", "merge"):
-        return min(improvers, 1)
-    if chosen == "merge+best":
-        return min(improvers, 2)
-    return min(improvers, int(chosen))
+    return min(improvers, {"all": improvers, "best": 1, "merge": 1, "merge+best": 2}.get(chosen, chosen))

@@ -1,20 +1,17 @@
 """Sibling merge: a step's improving children combined into one candidate, which is validated.
 
-At a fixed budget a search with k proposals per step gets about (proposals) / k steps,
-whatever the schedule, and a 16-wide step that validates its improving children one by
-one spends the budget on near-duplicates: each child carries one lesson, and the next
-step starts from one of them. Merging turns that breadth into depth: one reflection call
-reads every improving child's rewrite and the feedback that produced it and writes one
-instruction that keeps all of their improvements (per component, for multi-predictor
-programs). gepa's own merge cannot do this: it is a crossover of whole components between
+At a fixed budget a search with k proposals per step gets about (proposals) / k steps, whatever the schedule, and a
+16-wide step that validates its improving children one by one spends the budget on near-duplicates: each child
+carries one lesson, and the next step starts from one of them. Merging turns that breadth into depth: one
+reflection call reads every improving child's rewrite and the feedback that produced it and writes one instruction
+that keeps all of their improvements (per component). gepa's own merge cannot: it crosses whole components between
 two candidates, so two lessons in the same instruction never meet.
 
-gepa's engine has no seam for a selection strategy to add a candidate of its own (it
-drops proposals that are not from the list it passed in). ``SiblingMerge`` therefore
-hands the merged candidate back *in* one of the improving proposals: it rewrites that
-proposal's candidate and parents (tag ``"sibling_merge"``) before gepa validates it. The
-merge costs reflection LM calls only; its validation is |val| metric calls like any child,
-inside the budget guard. (gepa's own ``use_merge=True`` is the *crossover*: ``dspy_pxn.teleprompter``.)
+gepa's engine has no seam for a selection strategy to add a candidate of its own (it drops proposals not from the
+list it passed in), so ``SiblingMerge`` hands the merged candidate back *in* one of the improving proposals,
+rewriting its candidate and parents (tag ``"sibling_merge"``) before gepa validates it. The merge costs reflection
+LM calls only; its validation is |val| metric calls like any child's, inside the budget guard. (gepa's
+``use_merge=True`` is the *crossover*.)
 """
 
 from __future__ import annotations
@@ -60,15 +57,12 @@ class MergeImprovements(dspy.Signature):
     everything, keeps the best-supported changes. Output only the instruction."""
 
     current_instruction: str = dspy.InputField(desc="The current best instruction: the merge starts from it.")
-    improved_instructions: str = dspy.InputField(
-        desc="Each improving rewrite: its minibatch score before -> after, the lines it changed, and the feedback "
-        "that led to it."
-    )
+    improved_instructions: str = dspy.InputField(desc="Each improving rewrite: its minibatch score before -> after, "
+                                                 "the lines it changed, and the feedback that led to it.")
     merged_instruction: str = dspy.OutputField(desc="One instruction carrying all the improvements.")
 
 
 CHANGES_HEADER = "It changed the instruction it was written from as follows (- removed, + added):"
-
 
 # A sentence: up to its end mark and the spaces after it, or up to the end of its line (the newline kept).
 SENTENCE = re.compile(r"[^\n]*?(?:[.!?](?=\s)\s*|\n|$)")
@@ -85,12 +79,11 @@ def changes(before: str, after: str) -> str:
     """What a rewrite removed and added (``- `` and ``+ `` lines): its lesson, without what it inherited.
 
     A rewrite of an older candidate also carries that candidate's text, which the pool's best may since have
-    corrected; showing the merge only the changes keeps old text from outvoting new lessons. The texts are
-    compared sentence by sentence, and a long changed stretch again word by word, never character by
-    character: GEPA's instructions grow to thousands of characters, often on one line, and a character diff of
-    two such lines takes seconds and shows the merge whole texts, where this shows what changed in milliseconds
-    (the common start and end are set aside first, in one pass, so a rewrite that adds or edits a passage costs
-    time in proportion to the text).
+    corrected; showing only the changes keeps old text from outvoting new lessons. The texts are compared
+    sentence by sentence, and a long changed stretch word by word, never character by character: GEPA's
+    instructions grow to thousands of characters, often on one line, and a character diff of two such lines
+    takes seconds and shows whole texts, where this takes milliseconds (the common start and end are set
+    aside first, in one pass, so the cost is in proportion to the text).
     """
     lines: list[str] = []
     for removed, added in _changed(units(before), units(after)):
@@ -149,11 +142,10 @@ def _changed(old: list[str], new: list[str]) -> list[tuple[str, str]]:
 class Lesson:
     """One distinct change to a component, and how many improving rewrites made it.
 
-    A wide pool brings a merge dozens of improving rewrites (59 in one window at W = 256), many
-    of them the same change: the lesson the commonest failure teaches. Shown once each, best
-    supported first, the prompt stays a prompt, and a model that cannot keep every change keeps
-    the ones most rewrites found independently (with 40% copy errors in the simulated reflector,
-    the correct copy of a rule is the one most rewrites agree on).
+    A wide pool brings a merge dozens of improving rewrites (59 in one window at W = 256), many of them the same
+    change: the lesson the commonest failure teaches. Shown once each, best supported first, the prompt stays a
+    prompt, and a model that cannot keep every change keeps the ones most rewrites found independently (with 40%
+    copy errors in the simulated reflector, the correct copy of a rule is the one most rewrites agree on).
     """
 
     change: str
@@ -175,11 +167,10 @@ def lessons(rewrites: Sequence[tuple[str, str, str]]) -> list[Lesson]:
 
 def render_rewrites(rewrites: Sequence[tuple[str, str, str]]) -> str:
     """(score change, changes, feedback) per rewrite, as the merge prompt shows them: one block per lesson."""
-    total = len(rewrites)
     blocks = []
     for number, lesson in enumerate(lessons(rewrites), 1):
         feedback = lesson.feedback[:MAX_FEEDBACK_CHARS] or "(none recorded)"
-        made_by = f"made by {lesson.support} of the {total} rewrites; " if lesson.support > 1 else ""
+        made_by = f"made by {lesson.support} of the {len(rewrites)} rewrites; " if lesson.support > 1 else ""
         blocks.append(f"### Rewrite {number} ({made_by}minibatch {lesson.scores})\n{CHANGES_HEADER}\n"
                       f"{lesson.change}\nFeedback that led to it:\n{feedback}")
     return "\n\n".join(blocks)
@@ -198,10 +189,6 @@ def _feedback(proposal: CandidateProposal, component: str) -> str:
 
 class MergeUnwritten(Exception):
     """No reply to a sibling merge could be read as an instruction, in any form this run asks for it."""
-
-
-# How a merge is asked for: one function per reply format, (LM, current instruction, the rewrites as shown) -> text.
-MergeFormat = Callable[[dspy.BaseLM, str, str], str]
 
 
 def merge_as_dspy_fields(lm: dspy.BaseLM, current: str, shown: str) -> str:
@@ -239,52 +226,41 @@ def merge_as_plain_text(lm: dspy.BaseLM, current: str, shown: str) -> str:
     return InstructionProposalSignature.output_extractor(reply)["new_instruction"].strip()
 
 
-MERGE_FORMATS: dict[str, MergeFormat] = {"dspy": merge_as_dspy_fields, "plain": merge_as_plain_text}
+# How a merge is asked for, per reply format: (LM, current instruction, the rewrites as shown) -> text.
+MERGE_FORMATS: dict[str, Callable[[dspy.BaseLM, str, str], str]] = {"dspy": merge_as_dspy_fields,
+                                                                      "plain": merge_as_plain_text}
 
 
 class SiblingMerge:
     """A gepa selection strategy: validate the merge of a step's improving children (and, with
     ``keep_best``, the best child itself, so a merge that lost something cannot cost the step).
 
-    The merge is written into the pool's best candidate (``merge``), so even a lone improving child
-    is merged when it was rewritten from another candidate; a lone child of the best itself is
-    validated as it is. One component's merge is written (``write``) by a user's own proposer where the run has
-    one (``proposer``: every instruction the run validates is one it wrote), else by the reflection LM from our merge
-    prompt, asked in each of ``formats`` in turn until a reply is read (a DSPy program's adapter asks in DSPy's
-    format first, an MLflow prompt's in gepa's plain text first: the format the reflection LM already answers in).
+    The merge is written into the pool's best candidate, so even a lone improving child is merged when
+    it was rewritten from another candidate; a lone child of the best itself is validated as it is. A
+    component's merge is written by a user's own proposer where the run has one (``proposer``, a
+    PooledReflection: every instruction the run validates is one it wrote), else by the reflection LM
+    from our prompt, asked in each of ``formats`` in turn until a reply is read (first the format the
+    reflection LM already answers in: DSPy's for a DSPy program, gepa's plain text for an MLflow prompt).
 
     A merge no reply to which can be read (``MergeUnwritten``) would leave every window with one lesson
     and the search behind the serial one: from then on the run is ``degraded``, the schedules run one
     proposal at a time, and every improving child is validated, as dspy.GEPA does.
     """
 
-    def __init__(
-        self,
-        pool: WorkerPool,
-        reflection_lm: dspy.BaseLM | None = None,
-        formats: Sequence[str] = ("dspy", "plain"),
-        proposer: Any = None,  # a PooledReflection of a user's own proposer (its ``propose``), or None
-        code_components: Sequence[str] = (),
-        keep_best: bool = False,
-        events: StepEvents | None = None,
-    ):
-        self.pool = pool
-        self.reflection_lm, self.formats, self.proposer = reflection_lm, tuple(formats), proposer
-        self.code_components = set(code_components)
-        self.keep_best = keep_best
+    def __init__(self, pool: WorkerPool, reflection_lm: dspy.BaseLM | None = None,
+                 formats: Sequence[str] = ("dspy", "plain"), proposer: Any = None,
+                 code_components: Sequence[str] = (), keep_best: bool = False, events: StepEvents | None = None):
+        self.pool, self.reflection_lm, self.formats, self.proposer = pool, reflection_lm, tuple(formats), proposer
+        self.code_components, self.keep_best = set(code_components), keep_best
         self.events = events or StepEvents()
         self.degraded = False  # a merge came back unreadable: one proposal at a time from then on
 
-    def select(
-        self, proposals: list[CandidateProposal], state: GEPAState, acceptance_criterion: AcceptanceCriterion
-    ) -> list[CandidateProposal]:
-        improving = sorted(
-            (p for p in proposals if acceptance_criterion.should_accept(p, state)), key=improvement, reverse=True
-        )
-        if self.degraded:
+    def select(self, proposals: list[CandidateProposal], state: GEPAState,
+               acceptance_criterion: AcceptanceCriterion) -> list[CandidateProposal]:
+        improving = sorted((p for p in proposals if acceptance_criterion.should_accept(p, state)), key=improvement,
+                           reverse=True)
+        if self.degraded or not improving:
             return improving  # one proposal at a time validates every improving child
-        if not improving:
-            return []
         start = time.perf_counter()
         parents = [state.program_candidates[p.parent_program_ids[0]] for p in improving]
         # The base: the pool's best, or on a tie for it, the first improving child's own parent (the candidate its
@@ -320,38 +296,32 @@ class SiblingMerge:
         carrier.metadata = {**(carrier.metadata or {}), "merged_from": sources}
         return [improving[0], carrier] if keep_best else [carrier]
 
-    def merge(
-        self, improving: Sequence[CandidateProposal], parents: Sequence[dict[str, str]], base: dict[str, str]
-    ) -> dict[str, str]:
-        """Every improving child's lessons written into ``base`` (the best candidate in the pool).
+    def merge(self, improving: Sequence[CandidateProposal], parents: Sequence[dict[str, str]],
+              base: dict[str, str]) -> dict[str, str]:
+        """Every improving child's lessons (best first; ``parents[i]`` is the candidate ``improving[i]`` was
+        rewritten from) written into ``base``, the best candidate in the pool; ``MergeUnwritten`` when a
+        component's merge could not be read.
 
-        ``improving`` best first; ``parents[i]`` is the candidate ``improving[i]`` was rewritten from.
-        A lesson is a component a child changed from its own parent. Building on the pool's best,
-        not on the children's parent, is what turns breadth into depth: the merged candidate keeps
-        everything the best one knew and adds what this step's children learned, even when they
-        were rewritten from older candidates (the asynchronous schedule's pipelines often are).
-        Raises ``MergeUnwritten`` when a component's merge could not be read.
+        A lesson is a component a child changed from its own parent. Building on the pool's best, not on the
+        children's parent, is what turns breadth into depth: the merged candidate keeps everything the best
+        knew and adds what this step's children learned, even when they were rewritten from older candidates
+        (the asynchronous schedule's pipelines often are).
         """
         merged = dict(base)
         jobs: list[tuple[str, list[tuple[str, str, str]], list[CandidateProposal]]] = []
         for component in base:
-            changed = [
-                (proposal, parent) for proposal, parent in zip(improving, parents, strict=True)
-                if proposal.candidate.get(component) != parent.get(component)
-            ]
+            changed = [(proposal, parent) for proposal, parent in zip(improving, parents, strict=True)
+                       if proposal.candidate.get(component) != parent.get(component)]
             if not changed:
                 continue
-            if component in self.code_components:  # program source is not merged as prose: the best rewrite stands
-                merged[component] = changed[0][0].candidate[component]
+            (best, its_parent), lone = changed[0], len(changed) == 1
+            if component in self.code_components or (lone and its_parent.get(component) == base.get(component)):
+                # Program source is not merged as prose, and one lesson on top of what base already has is the
+                # merge: the best rewrite stands.
+                merged[component] = best.candidate[component]
                 continue
-            only, its_parent = changed[0]
-            if len(changed) == 1 and its_parent.get(component) == base.get(component):
-                merged[component] = only.candidate[component]  # one lesson, on top of what base already has
-                continue
-            rewrites = [
-                (_scores(p), changes(parent[component], p.candidate[component]), _feedback(p, component))
-                for p, parent in changed
-            ]
+            rewrites = [(_scores(p), changes(parent[component], p.candidate[component]), _feedback(p, component))
+                        for p, parent in changed]
             jobs.append((component, rewrites, [p for p, _ in changed]))
         written = self.pool.map_local(lambda job: self._merge_one(base, *job), jobs)
         for (component, _, changed), text in zip(jobs, written, strict=True):

@@ -1,50 +1,38 @@
 """``schedule="async"``: proposals flow through the pool with no step barrier.
 
-In gepa's step loop every step waits for its slowest piece: all P·N parent evaluations,
-then all reflections, then all child evaluations, then the validations, before the next
-step samples anything. With real, variable LM latency the pool idles behind stragglers.
-Here P·N proposal *pipelines* are always in flight, each one parent → its minibatch
-(traced) → one reflection → the child on the same minibatch. Improving children queue
-up; whenever no validation is running (or one is, and enough improvers wait:
-``width.starts_validation``), the queued ones go through the run's selection (all | best
-| top-k | sibling merge) and are validated together. Reflections run in the pipelines' own threads, never on a
-rollout worker, so they cannot starve rollouts.
+In gepa's step loop every step waits for its slowest piece, so with real, variable LM latency the pool idles behind
+stragglers. Here P·N proposal *pipelines* are always in flight, each one parent → its minibatch (traced) → one
+reflection → the child on the same minibatch. Improving children queue up; whenever no validation is running (or
+one is, and enough improvers wait: ``width.starts_validation``), the queued ones go through the run's selection and
+are validated together. Reflections run in the pipelines' own threads, never on a rollout worker, so they cannot
+starve rollouts.
 
 Parents. A pipeline started while a validation is in flight takes that validation's candidate as its parent
-(``_Pending``), as dspy.GEPA's next step builds on the candidate it has just validated: the candidate already
-beat its own parent on screening, and validated candidates always join the pool. Its improving children wait for
-it to join (their parent's index), then queue. A pipeline started with no validation in flight picks its parent
-from the Pareto front as it stands. Without this, every pipeline started during a validation proposes from the
-candidate's parent, which, where each improvement builds on the last, teaches what the candidate already knows.
+(``_Pending``), as dspy.GEPA's next step builds on the candidate it has just validated: it already beat its own
+parent on screening, and validated candidates always join the pool. Its improving children wait for it to join
+(their parent's index), then queue. Otherwise a pipeline picks its parent from the Pareto front as it stands.
+Without this, every pipeline started during a validation proposes from the candidate's parent, which, where each
+improvement builds on the last, teaches what the candidate knows.
 
-gepa's ``GEPAState`` is the single record: candidates join it through its own
-``update_state_with_new_program``, it is saved (with our strategies' state, through the
-adapter-state hook) as each window starts, and ``GEPAResult.from_state`` reads it at the
-end, exactly as after ``gepa.optimize``. What gepa lacks for this is a scheduler seam:
-its engine owns the loop, so this module drives the state with gepa's own parts
-(``schedules.parts``) and leaves gepa's engine's bookkeeping (the state, its windows, the
-callbacks) to ``schedules.windows``: this module is pipeline control only.
+gepa's ``GEPAState`` is the single record, joined through its own ``update_state_with_new_program``, saved as each
+window starts and read by ``GEPAResult.from_state``, exactly as after ``gepa.optimize``. gepa lacks a scheduler
+seam (its engine owns the loop), so this module drives the state with gepa's own parts (``schedules.parts``) and
+leaves gepa's engine's bookkeeping to ``schedules.windows``: it is pipeline control only.
 
-The budget is exact: a pipeline reserves its screening with the run's ``BudgetGuard``
-when it starts, and a validation reserves the validations its selection may ask for;
-the guard keeps |val| free beside every reservation, so whatever improves can be paid for.
+The budget is exact: a pipeline reserves its screening with the run's ``BudgetGuard`` when it starts, and a
+validation the validations its selection may ask for; the guard keeps |val| free beside every reservation, so
+whatever improves can be paid for. The run ends when nothing it waits for can change its result: once no budget is
+left to validate another child, even with all that work in flight may still give back, a pipeline that has not yet
+reflected stops there, and the search returns without the reflections still in flight (their calls are made and
+paid for; they return to a run whose ledger says it has returned, so neither the step events nor the ledger hear
+them): under a long-tailed reflection latency the slowest of them used to be the run's last, idle stretch.
 
-The run ends when nothing it waits for can change its result: once no budget is left to validate
-another child, even with all that work in flight may still give back, a pipeline that has not yet
-reflected stops there, and the search returns without the reflections still in flight (their
-calls are made and paid for; they return to a run whose ledger says it has returned, so neither
-the step events nor the ledger hear them). Under a long-tailed reflection latency the slowest of
-them used to be the run's last, idle stretch.
+Dollars and a deadline (``dspy_pxn.ledger.caps``): no pipeline or validation starts that the run's caps cannot pay
+for or finish at the costs and latencies measured so far; once a cap refuses a call (the run's ``stop`` is
+refusing), nothing more is launched, the work in flight drains, and the state is the result.
 
-Dollars and a deadline (``dspy_pxn.ledger.caps``): no pipeline or validation starts that the run's
-caps cannot pay for or finish at the costs and latencies measured so far; once a cap refuses a call
-(the run's ``stop`` is refusing), nothing more is launched, the work in flight drains, and the state
-is the result.
-
-gepa's crossover (``use_merge=True``, dspy.GEPA's default) runs beside the pipelines, in one of their
-slots, when a validation has added candidates (``schedules.crossover``).
-
-One StepRecord is written per *window* (``schedules.windows``). Async runs are not
+gepa's crossover (``use_merge=True``) runs in one of the pipelines' slots when a validation has added candidates
+(``schedules.crossover``). One StepRecord is written per *window* (``schedules.windows``). Async runs are not
 bit-reproducible: which pipeline finishes first depends on latency.
 """
 
@@ -80,9 +68,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class _Screened:
-    """A pipeline's child, scored on its parent's minibatch, and whether it beat the parent there."""
-
+class _Screened:  # a pipeline's child, scored on its parent's minibatch
     proposal: CandidateProposal
     improved: bool
     parent: _Pending | None = None  # the unvalidated candidate it was rewritten from, if it was
@@ -120,11 +106,11 @@ class AsyncSchedule:
         self.lock = live.events.lock
         self.acceptance = StrictImprovementAcceptance()
         self.launched = 0  # pipelines started: each one's proposal id
-        self.caps, self.stop = live.caps, live.ledger.stop
+        self.caps, self.stop = live.caps, live.ledger  # the ledger holds the run's stop signal
         # Pipelines waiting on their reflection, by proposal id, with what the guard promised them.
         self.reflecting: dict[str, tuple[ProposalTask, Reservation]] = {}
-        # Candidates being validated, by id of their proposal, and the latest of them: new pipelines take it as
-        # their parent (``_Pending``), as dspy.GEPA's next step would take the candidate it has just validated.
+        # Candidates being validated, by id of their proposal, and the latest of them, which new pipelines take as
+        # their parent (``_Pending``; see the module docstring).
         self.pending: dict[int, _Pending] = {}
         self.latest: _Pending | None = None
         settings = run.settings
@@ -156,7 +142,7 @@ class AsyncSchedule:
                     self._launch(pipelines, in_flight, waiting=bool(queued))
                 if not in_flight:
                     with self.lock:
-                        self.guard.ended(self.state)  # says so on the run's stop signal if its budget ended it
+                        self.guard.ended(self.state, self.stop)  # says so on the run's stop signal if its budget ended it
                     break
                 if error is None and self._only_futile_reflections_left(in_flight):
                     self._stop_waiting_for_reflections()
@@ -171,12 +157,13 @@ class AsyncSchedule:
                     except BaseException as failure:  # noqa: BLE001 - stop launching, drain, then raise
                         error = error or failure
                         continue
+                    if outcome is None:
+                        continue
                     if kind in ("validation", "crossover"):
-                        if outcome is not None:
-                            queued.extend(self._join(outcome))
-                    elif outcome is not None and outcome.improved:  # an improving child queues for validation
+                        queued.extend(self._join(outcome))
+                    elif outcome.improved:  # an improving child queues for validation
                         self._queue(outcome, queued)
-                    elif outcome is not None:  # any other is rejected now
+                    else:  # any other is rejected now
                         self.windows.rejected(outcome.proposal, "did not beat its parent on the minibatch",
                                               "not_improved")
         finally:
@@ -206,8 +193,8 @@ class AsyncSchedule:
                         rollout_waves=2 + val_waves, reflections_in_series=1):
                     return
                 if self.crossover is not None and self.crossover.start(self.state):
-                    run_crossover = contextvars.copy_context().run
-                    in_flight[executor.submit(run_crossover, self._crossover)] = "crossover"
+                    in_flight[executor.submit(contextvars.copy_context().run, self.crossover.attempt,
+                                              self.windows)] = "crossover"
                     continue
                 if (reservation := self.guard.reserve_proposal(self.state)) is None:
                     return
@@ -220,14 +207,13 @@ class AsyncSchedule:
                 task = ProposalTask(parent, candidate, ids, self.trainset.fetch(ids))
                 self.live.events.tasks_sampled([task])
                 self.launched += 1
-            run_pipeline = contextvars.copy_context().run
-            in_flight[executor.submit(run_pipeline, self._pipeline, task, reservation, f"p{self.launched}",
-                                      pending)] = "proposal"
+            in_flight[executor.submit(contextvars.copy_context().run, self._pipeline, task, reservation,
+                                      f"p{self.launched}", pending)] = "proposal"
 
     def _pipeline(self, task: ProposalTask, reservation: Reservation, proposal_id: str,
-                  pending: _Pending | None = None) -> _Screened | None:
-        """Parent on its minibatch (traced), one reflection, the child on the same minibatch; on the screening
-        the guard promised it (``reservation``). ``pending``: the parent is a candidate still being validated."""
+                  pending: _Pending | None) -> _Screened | None:
+        """One proposal, on the screening the guard promised it (``reservation``); ``pending``: its parent is a
+        candidate still being validated."""
         adapter, settings = self.live.adapter, self.run.settings
         before = adapter.evaluate(task.minibatch, task.parent_candidate, capture_traces=True, phase="screening")
         perfect = settings.skip_perfect_score and settings.perfect_score is not None and all(
@@ -303,8 +289,7 @@ class AsyncSchedule:
             return (all(kind == "proposal" for kind in in_flight.values())
                     and len(self.reflecting) == len(in_flight) and not self.guard.can_still_validate(self.state))
 
-    def _stop_waiting_for_reflections(self) -> None:
-        """End the search with the last reflections still in flight (see the module docstring)."""
+    def _stop_waiting_for_reflections(self) -> None:  # see the module docstring
         with self.lock:
             self.live.ledger.search_returned()
             for task, reservation in self.reflecting.values():
@@ -319,9 +304,6 @@ class AsyncSchedule:
         """Whether a stopper passed in ``gepa_kwargs["stop_callbacks"]`` says the run is over (no more launches)."""
         with self.lock:
             return any(stopper_telling(self.stop, stopper)(self.state) for stopper in self.run.settings.stop_callbacks)
-
-    def _crossover(self) -> Validated | None:
-        return self.crossover.attempt(self.windows)
 
     # ------------------------------------------------------------------------------ validation
     def _validate(self, executor: ThreadPoolExecutor, in_flight: dict[Future, str],
@@ -399,11 +381,9 @@ class AsyncSchedule:
                         released.extend(pending.waiting)
                     else:  # the merge rewrote it after they started: what they were rewritten from never joined
                         self._orphaned(pending, "the candidate it was rewritten from changed before it was validated")
-                if self.crossover is None:
-                    continue
-                if proposal.tag == MERGE_TAG:
+                if self.crossover is not None and proposal.tag == MERGE_TAG:
                     self.crossover.accepted()
-                else:
+                elif self.crossover is not None:
                     self.crossover.found_new_program()
             for proposal in [*validated.selected, *validated.passed_over]:  # not joined: no one builds on it
                 if (pending := self.pending.pop(id(proposal), None)) is not None:

@@ -1,19 +1,17 @@
 """gepa's crossover (``use_merge=True``) in the asynchronous schedule, where dspy.GEPA's would run.
 
-gepa's engine tries a crossover at the start of an iteration that follows one which added a
-candidate, while crossovers are due (one per candidate added, up to ``max_merge_invocations``
-accepted); the attempt takes the place of that iteration's reflective step, and an accepted
-crossover does not call for another. The asynchronous schedule has no iterations to replace:
-each validation that adds candidates plays the iteration that found them, and the next launch
-starts one crossover in one of the width's pipeline slots, beside the reflective pipelines and
-the sibling merge. It is gepa's own ``MergeProposer`` that picks the pair, their common
-ancestor and the few val examples, crosses the components and scores the crossed candidate;
-the crossover is validated when it scores at least its better parent there (gepa's engine's
-rule), and joins the pool with both parents.
+gepa's engine tries a crossover at the start of an iteration that follows one which added a candidate,
+while crossovers are due (one per candidate added, up to ``max_merge_invocations`` accepted); the attempt
+takes the place of that iteration's reflective step, and an accepted crossover does not call for another.
+The asynchronous schedule has no iterations to replace: each validation that adds candidates plays the
+iteration that found them, and the next launch starts one crossover in one of the width's pipeline slots.
+gepa's own ``MergeProposer`` picks the pair, their common ancestor and the few val examples, crosses the
+components and scores the crossed candidate, which is validated when it scores at least its better parent
+there (gepa's engine's rule) and joins the pool with both parents.
 
-The proposer reads gepa's state under the schedule's lock; its rollouts run with the lock
-released (``_evaluate``), so the pipelines go on meanwhile. Its metric calls are reserved with
-the budget guard before it starts and spent as its rollouts are reported, like a pipeline's.
+The proposer reads gepa's state under the schedule's lock; its rollouts run with the lock released
+(``_evaluate``), so the pipelines go on meanwhile. Its metric calls are reserved with the budget guard
+before it starts and spent as its rollouts are reported, like a pipeline's.
 """
 
 from __future__ import annotations
@@ -34,16 +32,6 @@ from dspy_pxn.ledger.budget import CROSSOVER_SUBSAMPLE_CALLS, BudgetGuard, Reser
 from dspy_pxn.schedules.windows import MERGE_TAG, Validated, Windows, valset_evaluation
 
 logger = logging.getLogger(__name__)
-
-
-def as_the_proposer_sees(state: GEPAState) -> GEPAState:
-    """gepa's state for the crossover proposer: the same pool, but an eval count and an iteration trace of its
-    own. Its metric calls are spent by the guard as each rollout is reported, so the proposer's count is not
-    added a second time (nor announced); the notes it writes for gepa's loop's trace go nowhere (an async
-    window's entry is the schedule's, and the crossover is told as its own proposal)."""
-    seen = copy.copy(state)  # shallow: the candidates, scores and fronts are the live ones
-    seen.full_program_trace, seen._budget_hooks = [{}], []
-    return seen
 
 
 class AsyncCrossover:
@@ -89,7 +77,13 @@ class AsyncCrossover:
         Under the schedule's lock, held once by this thread: the proposer's rollouts release it."""
         self._evaluated = 0
         try:
-            proposal = self.proposer.propose(as_the_proposer_sees(state))
+            # The same pool (a shallow copy), with an eval count and an iteration trace of its own. Its metric calls
+            # are spent by the guard as each rollout is reported, so the proposer's count is not added a second
+            # time (nor announced); the notes it writes for gepa's loop's trace go nowhere (an async window's entry
+            # is the schedule's, and the crossover is told as its own proposal).
+            seen = copy.copy(state)
+            seen.full_program_trace, seen._budget_hooks = [{}], []
+            proposal = self.proposer.propose(seen)
         finally:
             self.proposer.last_iter_found_new_program = False  # an attempt consumes the new program's turn
             self.guard.release(self.in_flight, CROSSOVER_SUBSAMPLE_CALLS - self._evaluated)

@@ -1,9 +1,8 @@
 """gepa's pieces, configured for one run: what both schedules drive.
 
-gepa's step loop and the asynchronous schedule draw parents, minibatches and the components
-to rewrite with the same gepa strategies, reflect with the same pooled reflection and pick
-which improving children to validate with the same selection. They are built
-here, once per run, from the prepared run and its live parts.
+gepa's step loop and the asynchronous schedule draw parents, minibatches and the components to
+rewrite with the same gepa strategies, reflect with the same pooled reflection and pick which
+improving children to validate with the same selection, built here once per run.
 """
 
 from __future__ import annotations
@@ -28,8 +27,6 @@ if TYPE_CHECKING:  # types only: the run imports the schedules, never the other 
 
 @dataclass(frozen=True)
 class GepaParts:
-    """The run's parent selector, minibatch sampler, component selector, reflection and selection."""
-
     rng: random.Random  # shared by parent selection, minibatches and the crossover, as in gepa.optimize
     candidate_selector: CandidateSelector
     sampler: SequentialMinibatchSampler
@@ -48,27 +45,20 @@ def gepa_parts(run: Run, live: Live) -> GepaParts:
     live.adapter.checkpoint = checkpoint(resume_settings(run.description), sampler, live.ledger.spent_usd)
     selector = settings.candidate_selection_strategy
     reflection = PooledReflection(live.adapter, run.reflection_lm, live.pool, live.events)
+    if run.selection in selections.MERGES:
+        # Written by a user's own instruction proposer where there is one (it writes every instruction the run
+        # validates), else by the reflection LM from our merge prompt, in the adapter's reflections' reply format.
+        selection = SiblingMerge(live.pool, run.reflection_lm, live.adapter.MERGE_FORMATS,
+                                 proposer=reflection if reflection.custom_instructions else None,
+                                 code_components=run.code_components, keep_best=run.selection == "merge+best",
+                                 events=live.events)
+    else:
+        selection = selections.strategy(run.selection)
     return GepaParts(
-        rng=rng,
-        candidate_selector=CANDIDATE_SELECTORS[selector](rng) if isinstance(selector, str) else selector,
-        sampler=sampler,
-        component_selector=component_selector(settings.component_selector),
-        reflection=reflection,
-        selection=selection_strategy(run, live, reflection),
+        rng=rng, candidate_selector=CANDIDATE_SELECTORS[selector](rng) if isinstance(selector, str) else selector,
+        sampler=sampler, component_selector=component_selector(settings.component_selector), reflection=reflection,
+        selection=selection,
     )
-
-
-def selection_strategy(run: Run, live: Live, reflection: PooledReflection) -> SelectionStrategy:
-    """The gepa selection strategy the run asked for. A sibling merge is written by a user's own instruction
-    proposer where there is one (it writes every instruction the run validates), else by the reflection LM from
-    our merge prompt, in the reply format the adapter's reflections use first."""
-    selection = run.selection
-    if selection in selections.MERGES:
-        return SiblingMerge(live.pool, run.reflection_lm, live.adapter.MERGE_FORMATS,
-                            proposer=reflection if reflection.custom_instructions else None,
-                            code_components=run.code_components, keep_best=selection == "merge+best",
-                            events=live.events)
-    return selections.strategy(selection)
 
 
 def degraded(parts: GepaParts) -> bool:

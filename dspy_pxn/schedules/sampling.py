@@ -1,8 +1,6 @@
-"""gepa's pieces that draw a step's work, as BatchedGEPA's arguments name them, for both schedules.
-
+"""gepa's pieces that draw a step's work, as BatchedGEPA's arguments name them, for both schedules:
 ``candidate_selection_strategy`` and ``component_selector`` by name, and the minibatch sampler that gives each
-proposal a minibatch of its own (and saves its position for resume).
-"""
+proposal a minibatch of its own (and saves its position for resume)."""
 
 from __future__ import annotations
 
@@ -45,14 +43,10 @@ def component_selector(selector: Any) -> Any:
 
 
 class SequentialMinibatchSampler(EpochShuffledBatchSampler):
-    """gepa's epoch-shuffled minibatches, advancing one minibatch per *call*.
-
-    gepa's sampler positions each iteration at ``iteration × minibatch_size`` and only
-    offsets later calls within it, so with k tasks per iteration consecutive steps
-    reuse k−1 of the previous step's minibatches: the same parents on the same data
-    give the same reflection prompts. With one call per iteration (1×1) this sampler
-    yields exactly gepa's sequence.
-    """
+    """gepa's epoch-shuffled minibatches, advancing one minibatch per *call*: gepa's sampler positions each iteration
+    at ``iteration × minibatch_size`` and only offsets later calls within it, so with k tasks per iteration consecutive
+    steps reuse k−1 of the previous step's minibatches (the same parents on the same data give the same reflection
+    prompts). At one call per iteration (1×1) it yields exactly gepa's sequence."""
 
     def __init__(self, minibatch_size: int, rng):
         super().__init__(minibatch_size=minibatch_size, rng=rng)

@@ -54,12 +54,13 @@ class StepSchedule:
         # the adapter follows the step's events.
         live.events.add(live.adapter)
         crossover = CrossoverDue(settings.max_merge_invocations)
-        stoppers: list[Any] = [ExactBudgetStopper(run.guard, crossover.due),
-                               *(stopper_telling(run.guard.stop, stopper) for stopper in settings.stop_callbacks)]
+        stoppers: list[Any] = [ExactBudgetStopper(run.guard, live.ledger, crossover.due),
+                               *(stopper_telling(live.ledger, stopper) for stopper in settings.stop_callbacks)]
         if live.caps is not None:
             stoppers.append(CapsStopper(live.caps, run.guard, run.p * run.n, live.pool.num_workers))
         driven = StateDriven()
         selector = settings.candidate_selection_strategy  # a name: gepa builds it on its own generator
+        sampling = DistinctParentsPxN(run.p, run.n, run.guard, live.events, one_at_a_time=lambda: degraded(parts))
         try:
             return gepa.optimize(
                 seed_candidate=run.seed_candidate,
@@ -68,8 +69,7 @@ class StepSchedule:
                 adapter=live.adapter,
                 candidate_selection_strategy=selector if isinstance(selector, str) else parts.candidate_selector,
                 batch_sampler=parts.sampler,
-                sampling_strategy=OnGepasGenerator(DistinctParentsPxN(run.p, run.n, run.guard, live.events,
-                                                                      one_at_a_time=lambda: degraded(parts)), parts),
+                sampling_strategy=OnGepasGenerator(sampling, parts),
                 selection_strategy=BudgetCappedSelection(parts.selection, run.guard, live.events),
                 reflection_strategy=parts.reflection,
                 stop_callbacks=stoppers,
@@ -104,18 +104,16 @@ class StepSchedule:
 class OnGepasGenerator:
     """The step loop's sampling, drawing from gepa's own random generator.
 
-    gepa.optimize makes one generator and hands it to the parent selector it builds from a name, to
-    its minibatch sampler and to its crossover (``MergeProposer``), so in dspy.GEPA a crossover's draws
-    move the parents and minibatches that follow. The run's sampler is dspy-pxn's (a fresh minibatch
-    per task), so before the first draw it is moved onto the selector's generator, which takes the
-    state the run's own generator has (a resumed run's, restored from its checkpoint); the checkpoint
-    saves the sampler's generator, so from then on it saves that one. A selector without a generator
-    (``"current_best"``, one passed in) leaves the sampler on the run's.
+    gepa.optimize hands one generator to the parent selector it builds from a name, to its minibatch
+    sampler and to its crossover (``MergeProposer``), so in dspy.GEPA a crossover's draws move the parents
+    and minibatches that follow. The run's sampler is dspy-pxn's, so before the first draw it moves onto
+    the selector's generator, which takes the state of the run's own (a resumed run's, restored from its
+    checkpoint); the checkpoint saves the sampler's generator, so from then on that one. A selector without
+    a generator (``"current_best"``, one passed in) leaves the sampler on the run's.
     """
 
     def __init__(self, sampling: DistinctParentsPxN, parts: GepaParts):
-        self.sampling, self.parts = sampling, parts
-        self.moved = False
+        self.sampling, self.parts, self.moved = sampling, parts, False
 
     def sample_tasks(self, state: GEPAState, candidate_selector: Any, batch_sampler: Any, trainset: Any) -> list:
         if not self.moved:

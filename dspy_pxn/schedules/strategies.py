@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
 
 from gepa.core.data_loader import DataLoader
 from gepa.core.state import GEPAState
@@ -24,6 +23,7 @@ from dspy_pxn.engine.candidates import improvement, pareto_front_programs
 from dspy_pxn.engine.events import StepEvents
 from dspy_pxn.ledger.budget import BudgetGuard
 from dspy_pxn.ledger.caps import RunCaps
+from dspy_pxn.ledger.ledger import RunLedger
 
 # Selector draws per parent wanted before DistinctParentsPxN tops its parents up from the Pareto front.
 DRAWS_PER_PARENT = 8
@@ -31,22 +31,19 @@ DRAWS_PER_PARENT = 8
 
 class ExactBudgetStopper:
     """Stops when the remaining budget cannot pay for the smallest useful step (a crossover's, when gepa's
-    loop will try one next: ``crossover_due``).
-
-    Exposes ``max_metric_calls`` so gepa's progress bar and remaining-budget events
-    read it as they read their own MaxMetricCallsStopper.
+    loop will try one next: ``crossover_due``). ``max_metric_calls``: gepa's progress bar and remaining-budget
+    events read it as they read their own MaxMetricCallsStopper's.
     """
 
-    def __init__(self, guard: BudgetGuard, crossover_due: Callable[[], bool] = lambda: False):
-        self.guard = guard
-        self.crossover_due = crossover_due
+    def __init__(self, guard: BudgetGuard, ledger: RunLedger, crossover_due: Callable[[], bool] = lambda: False):
+        self.guard, self.ledger, self.crossover_due = guard, ledger, crossover_due
         self.max_metric_calls = guard.max_metric_calls
 
     def __call__(self, gepa_state: GEPAState) -> bool:
-        return self.guard.ended(gepa_state, self.crossover_due())
+        return self.guard.ended(gepa_state, self.ledger, self.crossover_due())
 
 
-def stopper_telling(stop: Any, stopper: Callable[[GEPAState], bool]) -> Callable[[GEPAState], bool]:
+def stopper_telling(stop: RunLedger, stopper: Callable[[GEPAState], bool]) -> Callable[[GEPAState], bool]:
     """A user's gepa stopper (``gepa_kwargs["stop_callbacks"]``) that, when it ends the run, says so on the run's
     stop signal, so the run reports ``stopped_by="stop_callbacks"``."""
 
@@ -76,19 +73,16 @@ class CapsStopper:
 class DistinctParentsPxN:
     """P distinct parents × N mutations each, narrowed to what the budget can pay for.
 
-    gepa's ``PxNSampling`` draws parents with replacement, so an 8×1 step often
-    mutates the same parent several times. Here parents are drawn from the
-    candidate selector until P distinct ones are found (bounded attempts), then
-    topped up from the Pareto front; only a front smaller than P repeats parents.
-    Each task gets its own minibatch. The first draw is the selector's own, so 1×1
-    consumes the RNG exactly as gepa's ``SingleMutationSampling``.
+    gepa's ``PxNSampling`` draws parents with replacement, so an 8×1 step often mutates the same parent
+    several times. Here parents are drawn from the candidate selector until P distinct ones are found
+    (bounded attempts), then topped up from the Pareto front; only a front smaller than P repeats parents.
+    Each task gets its own minibatch. The first draw is the selector's own, so 1×1 consumes the RNG exactly
+    as gepa's ``SingleMutationSampling``.
     """
 
     def __init__(self, p: int, n: int, guard: BudgetGuard, events: StepEvents | None = None,
                  one_at_a_time: Callable[[], bool] = lambda: False):
-        self.p = p
-        self.n = n
-        self.guard = guard
+        self.p, self.n, self.guard = p, n, guard
         self.events = events or StepEvents()
         self.one_at_a_time = one_at_a_time  # True once the run cannot merge: a step is one proposal from then on
 
@@ -108,34 +102,19 @@ class DistinctParentsPxN:
             parent = selector.select_candidate_idx(state)
             if parent not in parents:
                 parents.append(parent)
-        for program in front:
-            if len(parents) == count:
-                break
-            if program not in parents:
-                parents.append(program)
-        distinct = list(parents)
-        while len(parents) < count:
-            parents.append(distinct[len(parents) % len(distinct)])
-        return parents
+        parents += [program for program in front if program not in parents][:count - len(parents)]
+        return parents + [parents[i % len(parents)] for i in range(len(parents), count)]
 
-    def sample_tasks(
-        self,
-        state: GEPAState,
-        candidate_selector: CandidateSelector,
-        batch_sampler: BatchSampler,
-        trainset: DataLoader,
-    ) -> list[ProposalTask]:
+    def sample_tasks(self, state: GEPAState, candidate_selector: CandidateSelector, batch_sampler: BatchSampler,
+                     trainset: DataLoader) -> list[ProposalTask]:
         width = min(1 if self.one_at_a_time() else self.p * self.n, self.guard.max_proposals(state))
         if width < 1:
             return []
         parents = self.choose_parents(state, candidate_selector, math.ceil(width / self.n))
         tasks: list[ProposalTask] = []
-        for parent in parents:
-            for _ in range(self.n):
-                if len(tasks) == width:
-                    break
-                ids = batch_sampler.next_minibatch_ids(trainset, state)
-                tasks.append(ProposalTask(parent, state.program_candidates[parent], ids, trainset.fetch(ids)))
+        for parent in [parent for parent in parents for _ in range(self.n)][:width]:
+            ids = batch_sampler.next_minibatch_ids(trainset, state)
+            tasks.append(ProposalTask(parent, state.program_candidates[parent], ids, trainset.fetch(ids)))
         self.events.tasks_sampled(tasks)
         return tasks
 
@@ -143,23 +122,17 @@ class DistinctParentsPxN:
 class BudgetCappedSelection:
     """Wraps a selection strategy so gepa's step loop never validates past the budget.
 
-    When the budget validates fewer children than were selected, the ones with the largest
-    minibatch improvement go first (``selected_within``, which the asynchronous schedule calls with
-    the validations it reserved). ``select`` also reports the step's screening, which gepa's loop
-    does not tell.
+    When the budget validates fewer children than were selected, the ones with the largest minibatch
+    improvement go first (``selected_within``, which the asynchronous schedule calls with the validations
+    it reserved). ``select`` also reports the step's screening, which gepa's loop does not tell.
     """
 
     def __init__(self, inner: SelectionStrategy, guard: BudgetGuard, events: StepEvents | None = None):
-        self.inner = inner
-        self.guard = guard
+        self.inner, self.guard = inner, guard
         self.events = events or StepEvents()
 
-    def select(
-        self,
-        proposals: list[CandidateProposal],
-        state: GEPAState,
-        acceptance_criterion: AcceptanceCriterion,
-    ) -> list[CandidateProposal]:
+    def select(self, proposals: list[CandidateProposal], state: GEPAState,
+               acceptance_criterion: AcceptanceCriterion) -> list[CandidateProposal]:
         # gepa memoizes the criterion per batch, so counting improvers here is free; the
         # runtime model needs this per-proposal pass rate, which "best"/top-k selection hides.
         improved = sum(acceptance_criterion.should_accept(p, state) for p in proposals)

@@ -1,16 +1,13 @@
 """gepa's engine's bookkeeping, for the asynchronous schedule: the state, its windows, and what callbacks hear.
 
-gepa's ``GEPAEngine.run`` owns its loop, and with it four chores around each iteration: it starts and ends
-the iteration, saves the state, lets validated candidates join it, and announces all of that to gepa's
-callbacks (and so to the MLflow tracker, a user's callbacks, the lineage table). The asynchronous schedule
-has no iterations: it has *windows*, the work that finished between the end of one validation and the end
-of the next. ``Windows`` does those chores for them, so ``AsyncSchedule`` is left with pipeline control
-(what to launch, when to validate, when the run is over).
+gepa's ``GEPAEngine.run`` owns its loop, and with it the chores around each iteration: starting and ending it, saving
+the state, letting validated candidates join it, and announcing all of that to gepa's callbacks (the MLflow tracker,
+a user's callbacks, the lineage table). The asynchronous schedule has *windows* instead, the work that finished
+between the end of one validation and the end of the next; ``Windows`` does those chores for them.
 
-A window begins with its first step event, so none is empty, and that is when gepa's iteration number
-(``state.i``, the one step number of a run, a resumed one's included) is counted. One StepRecord is written
-per window. Every announcement is made with gepa's own event types, under the schedule's lock: callbacks
-never run concurrently.
+A window begins with its first step event, so none is empty, and that is when gepa's iteration number (``state.i``,
+a resumed run's included) is counted; one StepRecord is written per window. Every announcement is made with gepa's
+own event types, under the schedule's lock: callbacks never run concurrently.
 """
 
 from __future__ import annotations
@@ -91,8 +88,7 @@ class Windows(StepListener):
         settings = run.settings
         state = self.state = initialize_gepa_state(
             run_dir=settings.log_dir, logger=LoggerAdapter(logger), seed_candidate=run.seed_candidate,
-            seed_valset_evaluation=valset_evaluation(ids, evaluation), track_best_outputs=settings.track_best_outputs,
-        )
+            seed_valset_evaluation=valset_evaluation(ids, evaluation), track_best_outputs=settings.track_best_outputs)
         live.adapter.set_adapter_state(state.adapter_state)
         scores = state.prog_candidate_val_subscores[0]
         self._tell("on_valset_evaluated", ValsetEvaluatedEvent(
@@ -152,12 +148,10 @@ class Windows(StepListener):
 
     # -- step events: each one starts the window it lands in; rollouts spend what was reserved for them
     @override
-    def tasks_sampled(self, tasks: Any) -> None:
+    def tasks_sampled(self, *_: Any) -> None:
         self._start()
 
-    @override
-    def children_screened(self, children: int, improved: int) -> None:
-        self._start()
+    children_screened = reflected = sibling_merged = tasks_sampled
 
     @override
     def evaluated(self, phase: Phase, seconds: float, rollouts: int, failures: int) -> None:
@@ -165,14 +159,6 @@ class Windows(StepListener):
         # Calls are spent in the window their rollouts finish in, as the recorder counts them: with two
         # validations in flight, one may finish before the other's candidates join and end the window.
         self.run.guard.spend(self.state, rollouts)
-
-    @override
-    def reflected(self, seconds: float, jobs: int, failed: int) -> None:
-        self._start()
-
-    @override
-    def sibling_merged(self, seconds: float, children: int) -> None:
-        self._start()
 
     # ------------------------------------------------------------------------------ candidates
     def join(self, validated: Validated) -> list[tuple[CandidateProposal, int]]:
@@ -198,8 +184,7 @@ class Windows(StepListener):
                 index = state.update_state_with_new_program(
                     parent_program_idx=proposal.parent_program_ids, new_program=proposal.candidate,
                     valset_evaluation=evaluation, run_dir=self.run.settings.log_dir,
-                    num_metric_calls_by_discovery_of_new_program=validated.discovered_at,
-                )
+                    num_metric_calls_by_discovery_of_new_program=validated.discovered_at)
                 state.full_program_trace[-1].setdefault("new_program_indices", []).append(index)
                 self.live.recorder.accepted(index)
                 self._validated(index, proposal, evaluation, front_before)
@@ -277,12 +262,10 @@ class Windows(StepListener):
 
 def valset_evaluation(ids: list[Any], evaluation: Any) -> ValsetEvaluation:
     """An adapter's evaluation of the valset, keyed by val id as gepa's state keeps it."""
-    objectives = list(evaluation.objective_scores) if evaluation.objective_scores else None
-    return ValsetEvaluation(
-        outputs_by_val_id=dict(zip(ids, evaluation.outputs, strict=False)),
-        scores_by_val_id=dict(zip(ids, evaluation.scores, strict=False)),
-        objective_scores_by_val_id=dict(zip(ids, objectives, strict=False)) if objectives else None,
-    )
+    objectives = evaluation.objective_scores
+    return ValsetEvaluation(outputs_by_val_id=dict(zip(ids, evaluation.outputs, strict=False)),
+                            scores_by_val_id=dict(zip(ids, evaluation.scores, strict=False)),
+                            objective_scores_by_val_id=dict(zip(ids, objectives, strict=False)) if objectives else None)
 
 
 def pareto_front(state: GEPAState) -> set[int]:

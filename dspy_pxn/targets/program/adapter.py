@@ -1,10 +1,8 @@
 """DSPy adapter whose rollouts go through one worker pool, one task per example.
 
-``BatchedAdapter`` subclasses dspy's ``DspyAdapter`` and keeps everything that is
-about *what* a rollout means (building the program from a candidate, reflective
-datasets, feedback, dspy's proposers), while ``PooledAdapter`` decides *how* rollouts
-are scheduled (``dspy_pxn.engine.pooled_adapter``: one pool task per example, traces only
-where reflection reads them, each batch reported with its phase).
+``BatchedAdapter`` keeps everything of dspy's ``DspyAdapter`` that is about *what* a rollout means (building the
+program from a candidate, reflective datasets, feedback, dspy's proposers); ``PooledAdapter`` decides *how* rollouts
+are scheduled (``dspy_pxn.engine.pooled_adapter``).
 """
 
 from __future__ import annotations
@@ -13,6 +11,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+import dspy
 from dspy.primitives import Example
 from dspy.primitives.code_interpreter import CodeInterpreterError
 from dspy.teleprompt.gepa.gepa_utils import DspyAdapter
@@ -21,7 +20,15 @@ from gepa import EvaluationBatch
 from dspy_pxn.engine.events import StepEvents
 from dspy_pxn.engine.pooled_adapter import PooledAdapter
 from dspy_pxn.pools import WorkerPool
-from dspy_pxn.targets.program.rollout import CandidateRollouts, RolloutResult, check_seed_validation
+from dspy_pxn.pools.memo import lru_memo
+from dspy_pxn.targets.program.rollout import (
+    PROGRAMS_KEPT,
+    RolloutResult,
+    RolloutTask,
+    candidate_key,
+    check_seed_validation,
+    run_rollout,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -29,30 +36,44 @@ logger = logging.getLogger(__name__)
 class BatchedAdapter(PooledAdapter, DspyAdapter):
     """DspyAdapter with pooled rollouts, trace capture only where reflection needs it."""
 
-    _DRIVER_ONLY = (*PooledAdapter._DRIVER_ONLY, "rollouts")
+    _DRIVER_ONLY = (*PooledAdapter._DRIVER_ONLY, "rollouts", "_programs")
 
     def __init__(self, *args: Any, pool: WorkerPool, events: StepEvents | None = None,
                  reflection_examples: int | None = None, **kwargs: Any):
         DspyAdapter.__init__(self, *args, **kwargs)
         self.reflection_examples = reflection_examples  # rows of a screening reflection reads (None: all)
         self.start_pooling(pool, events)
-        self.rollouts = self._rollout_function()
+        self._start_rollouts()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
-        self.rollouts = self._rollout_function()
+        self._start_rollouts()
 
-    def _rollout_function(self) -> CandidateRollouts:
-        """One rollout function for the whole run, so a remote pool ships it (and the student) once."""
+    def _start_rollouts(self) -> None:
+        """The pool's rollout function is this adapter's ``rollout``: a task names its candidate (a few strings), not a
+        built program, so a remote pool ships the adapter (and the student) once per run, and each process builds
+        the programs it runs."""
+        self._programs = lru_memo(PROGRAMS_KEPT)
+        self.rollouts = self.rollout
+
+    def program(self, candidate: dict[str, str], evaluation: int) -> dspy.Module:
+        """The evaluation's program, built on first use; a candidate that cannot be built raises. Each evaluation (one
+        candidate on one batch) gets its own program, shared by its rollouts, as dspy.GEPA builds one per
+        ``DspyAdapter.evaluate`` shared by ``dspy.Evaluate``'s threads: a stateful program sees what it would there."""
+        return self._programs((candidate_key(candidate), evaluation), lambda: self.build_program(candidate))
+
+    def rollout(self, task: RolloutTask) -> RolloutResult:
+        """One (candidate, example, capture-trace, evaluation) task, run and scored."""
+        candidate, example, capture, evaluation = task
         # Private in dspy: which components are dspy.Flex code, as dspy's adapter decided it at construction.
-        return CandidateRollouts(self.build_program, self.metric_fn, self.failure_score,
-                                 code_components=bool(self._flex_paths))
+        return run_rollout(self.program(candidate, evaluation), example, self.metric_fn, capture, self.failure_score,
+                           bool(self._flex_paths))
 
     def prepare(self, candidate: dict[str, str], evaluation: int) -> bool:
         """Build the evaluation's program here, where a candidate that cannot be built is scored as
         failures without a rollout; the pool's workers then use it (or, remote, build their own)."""
         try:
-            self.rollouts.program(candidate, evaluation)
+            self.program(candidate, evaluation)
         except (SyntaxError, CodeInterpreterError) as error:
             logger.warning("Candidate failed to build (%s); scoring its batch as failures.", error)
             return False
@@ -74,13 +95,10 @@ class BatchedAdapter(PooledAdapter, DspyAdapter):
         return DspyAdapter.propose_new_texts(self, candidate, reflective_dataset, components)
 
     def scores_only(self, raw_scores: Sequence[Any], trajectories: list | None = None) -> EvaluationBatch:
-        return self._evaluation_batch([None] * len(raw_scores), raw_scores, trajectories)
-
-    def _evaluation_batch(self, outputs: list[Any], raw_scores: Sequence[Any], trajectories: list | None
-                          ) -> EvaluationBatch:
         # Private in dspy: its one conversion of raw metric results (numbers, or Predictions with a score and
         # objective scores) into gepa's batch, failures scored failure_score. There is no public way.
-        return self._make_evaluation_batch(outputs=outputs, raw_scores=list(raw_scores), trajectories=trajectories)
+        return self._make_evaluation_batch(outputs=[None] * len(raw_scores), raw_scores=list(raw_scores),
+                                           trajectories=trajectories)
 
     def to_evaluation_batch(self, candidate: dict[str, str], batch: Sequence[Example], results: list[RolloutResult],
                             capture: bool) -> EvaluationBatch:
@@ -91,4 +109,5 @@ class BatchedAdapter(PooledAdapter, DspyAdapter):
                 for index, (example, r) in enumerate(zip(batch, results, strict=True))
                 if r.trace is not None
             ]
-        return self._evaluation_batch([r.prediction for r in results], [r.score for r in results], trajectories)
+        return self._make_evaluation_batch(outputs=[r.prediction for r in results],
+                                           raw_scores=[r.score for r in results], trajectories=trajectories)

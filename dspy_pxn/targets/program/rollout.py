@@ -1,7 +1,6 @@
 """One rollout: run a program on one example and score it, every failure turned into a score.
 
-A rollout is the unit the worker pool runs (a module-level function with picklable
-arguments, so a remote pool can ship it) and the unit the budget counts: one metric call.
+A rollout is the unit the worker pool runs (picklable, so a remote pool can ship it) and the unit the budget counts.
 """
 
 from __future__ import annotations
@@ -28,20 +27,17 @@ from dspy.utils.exceptions import AdapterParseError
 
 from dspy_pxn import checks
 from dspy_pxn.ledger.ledger import RUNNING_PROGRAM, BilledTracker, RunLedger
-from dspy_pxn.pools.memo import lru_memo
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
 class RolloutResult:
-    """One example's outcome. ``trace`` is None when traces were not requested or the program raised.
-
-    ``error`` says what failed (the program, or the metric: it then starts with ``METRIC_PROBLEM``);
-    ``raised`` is the program's own exception and ``where`` the line it was raised at, for a run whose
-    seed program raises nearly everywhere (``check_seed_validation``). A result that travels from a
-    remote pool leaves behind an exception that would not survive the trip (its ``where`` stays).
-    """
+    """One example's outcome. ``trace`` is None when traces were not requested or the program raised; ``error`` says
+    what failed (the program, or the metric: it then starts with ``METRIC_PROBLEM``); ``raised`` is the program's own
+    exception and ``where`` the line it was raised at, for a run whose seed program raises nearly everywhere
+    (``check_seed_validation``). A result from a remote pool leaves behind an exception that would not survive the
+    trip (its ``where`` stays)."""
 
     prediction: Any
     score: Any
@@ -60,28 +56,19 @@ class RolloutResult:
         return state
 
 
-def run_rollout(
-    program: dspy.Module,
-    example: Example,
-    metric: Callable[..., Any],
-    capture_trace: bool,
-    failure_score: float,
-    code_components: bool = False,
-) -> RolloutResult:
-    """Run the program on one example and score it, turning every failure into a score.
+def run_rollout(program: dspy.Module, example: Example, metric: Callable[..., Any], capture_trace: bool,
+                failure_score: float, code_components: bool = False) -> RolloutResult:
+    """Run the program on one example and score it, as under ``dspy.Evaluate`` and dspy.GEPA.
 
-    The program runs as under ``dspy.Evaluate`` and dspy.GEPA: the trace is a list (modules such as
-    ``dspy.BestOfN`` and ``dspy.Refine`` extend it), a fresh one per rollout, kept only when
-    reflection reads it. The metric's ``trace`` is None, as dspy.GEPA's evaluators call it, traced
-    or not (``Evaluate`` passes none, ``bootstrap_trace_data`` none of its own); reflection's feedback
-    calls get the trace (``metrics.feedback_function``).
-    A parse failure becomes a ``FailedPrediction`` in the trace (reflection shows the raw completion),
-    any other exception scores ``failure_score`` and leaves no trajectory. Every score is a float.
+    The trace is a list (``dspy.BestOfN`` and ``dspy.Refine`` extend it), a fresh one per rollout, kept only when
+    reflection reads it. The metric's ``trace`` is None, as dspy.GEPA's evaluators call it, traced or not
+    (``Evaluate`` passes none, ``bootstrap_trace_data`` none of its own); reflection's feedback calls get the trace
+    (``metrics.feedback_function``). A parse failure becomes a ``FailedPrediction`` in the trace (reflection shows the
+    raw completion), any other exception scores ``failure_score`` and leaves no trajectory. Every score is a float.
 
-    A program with ``dspy.Flex`` code components (``code_components``) is scored as
-    dspy.GEPA scores it (``gepa_flex_utils.evaluate_with_trace``): the execution trace is
-    always handed to a metric that declares ``program_trace``, its ``trace`` stays None,
-    and a crash becomes a trajectory, so the code proposer reads what broke.
+    A program with ``dspy.Flex`` code is scored as dspy.GEPA scores it (``gepa_flex_utils.evaluate_with_trace``): the
+    execution trace always goes to a metric that declares ``program_trace``, its ``trace`` stays None, and a crash
+    becomes a trajectory, for the code proposer to read.
     """
     keep_trace = capture_trace or code_components
     with dspy.context(trace=[]):
@@ -161,45 +148,6 @@ PROGRAMS_KEPT = 128
 RolloutTask = tuple[dict[str, str], Example, bool, int]
 
 
-class CandidateRollouts:
-    """The pool's rollout function: a (candidate, example, capture-trace, evaluation) task, run and scored.
-
-    A task names its candidate (a few strings), not a built program: a remote pool then ships
-    this object once per run rather than a program per batch. Each *evaluation* (one candidate
-    on one batch of examples) gets its own program, shared by that evaluation's rollouts, as
-    dspy.GEPA builds one program per ``DspyAdapter.evaluate`` and ``dspy.Evaluate`` shares it
-    across its threads: a program that keeps state between calls sees what it sees under dspy.GEPA.
-    """
-
-    def __init__(
-        self,
-        build: Callable[[dict[str, str]], dspy.Module],
-        metric: Callable[..., Any],
-        failure_score: float,
-        code_components: bool = False,
-    ):
-        self.build = build
-        self.metric = metric
-        self.failure_score = failure_score
-        self.code_components = code_components
-        self._programs = lru_memo(PROGRAMS_KEPT)
-
-    def program(self, candidate: dict[str, str], evaluation: int) -> dspy.Module:
-        """The evaluation's program, built on first use; a candidate that cannot be built raises."""
-        return self._programs((candidate_key(candidate), evaluation), lambda: self.build(candidate))
-
-    def __call__(self, task: RolloutTask) -> RolloutResult:
-        candidate, example, capture, evaluation = task
-        return run_rollout(self.program(candidate, evaluation), example, self.metric, capture, self.failure_score,
-                           self.code_components)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "_programs"}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, _programs=lru_memo(PROGRAMS_KEPT))
-
-
 # The seed's validation rollouts that must raise (at least this share) for the run to stop with the
 # program's exception: a program that raises nearly everywhere is broken, and no prompt can fix it.
 BROKEN_PROGRAM_SHARE = 0.9
@@ -209,10 +157,9 @@ def check_seed_validation(results: Sequence[RolloutResult], examples: Sequence[E
                           metric: Callable[..., Any]) -> None:
     """Stop a run whose seed validation shows the program or the metric broken, rather than search on.
 
-    Both would score every candidate ``failure_score``, optimize nothing while looking busy, and
-    return the seed as the best program, with only per-rollout warnings scrolling past. The first
-    evaluation of a run is the seed on the whole valset, so this runs once, right after it.
-    Occasional failures are dspy.GEPA's behaviour and stay so: scored as failures, logged.
+    Both would score every candidate ``failure_score``, optimize nothing while looking busy, and return the seed as
+    the best program, with only per-rollout warnings scrolling past. Occasional failures are dspy.GEPA's behaviour
+    and stay so: scored as failures, logged.
     """
     if not results:
         return
@@ -232,22 +179,19 @@ def check_seed_validation(results: Sequence[RolloutResult], examples: Sequence[E
         raise error
     if all((r.error or "").startswith(METRIC_PROBLEM) for r in results):
         name = getattr(metric, "__name__", type(metric).__name__)
-        raise ValueError(
-            f"The metric {name} gave no usable score on any of the seed program's {len(results)} validation "
-            f"examples: {results[0].error.removeprefix(METRIC_PROBLEM)}. Fix the metric so it returns a number "
-            "(or dspy.Prediction(score=<number>, feedback=<text>)) and does not raise, then run again."
-        )
+        raise ValueError(f"The metric {name} gave no usable score on any of the seed program's {len(results)} "
+                         f"validation examples: {results[0].error.removeprefix(METRIC_PROBLEM)}. Fix the metric so it "
+                         "returns a number (or dspy.Prediction(score=<number>, feedback=<text>)) and does not raise, "
+                         "then run again.")
 
 
 def call_program(program: Any, inputs: dict[str, Any]) -> Any:
     """Call a program in a rollout the way DSPy's evaluators do, usage included.
 
-    With ``track_usage=True`` (``dspy.configure(track_usage=True)``; ``mlflow.dspy.autolog``
-    turns it on for the process) DSPy attaches each prediction's LM usage
-    (``pred.get_lm_usage()``, which cost-aware metrics read) only when no usage tracker is
-    active, and a run's ledger is one. So the rollout gets a tracker of its own, whose
-    totals are attached to the prediction as DSPy would attach them and whose entries the
-    run's ledger bills as they come: every call counted exactly, whatever the program returns.
+    With ``track_usage=True`` (``mlflow.dspy.autolog`` turns it on for the process) DSPy attaches each prediction's
+    LM usage (``pred.get_lm_usage()``, which cost-aware metrics read) only when no usage tracker is active, and a
+    run's ledger is one. So the rollout gets a tracker of its own, whose totals are attached to the prediction as DSPy
+    would attach them and whose entries the run's ledger bills as they come, whatever the program returns.
     """
     ledger = dspy.settings.usage_tracker
     if not (dspy.settings.track_usage and isinstance(ledger, RunLedger)):

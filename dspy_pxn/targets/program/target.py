@@ -1,9 +1,8 @@
 """A DSPy program as what a run optimizes: ``BatchedGEPA.compile``'s target (``dspy_pxn.engine.target``).
 
-Everything of a compile that knows it is a DSPy program lives here: the seed candidate read from
-the program's predictors, the checks of its examples, the ``BatchedAdapter`` its rollouts run
-on (dspy.GEPA's own adapter, pooled), and the program returned with its held-out score and
-``detailed_results``, as dspy.GEPA returns it.
+Everything of a compile that knows it is a DSPy program lives here: the seed candidate read from the program's
+predictors, the checks of its examples, the ``BatchedAdapter`` its rollouts run on (dspy.GEPA's own adapter, pooled),
+and the program returned with its held-out score and ``detailed_results``, as dspy.GEPA returns it.
 """
 
 from __future__ import annotations
@@ -86,22 +85,16 @@ class ProgramTarget:
                 ) -> BatchedAdapter:
         checks.warn_if_no_timeout("task", dspy.settings.lm)
         return BatchedAdapter(
-            student_module=self.student,
-            metric_fn=self.metric,
+            student_module=self.student, metric_fn=self.metric,
             feedback_map={name: metrics.feedback_function(self.metric, name, predictor)
                           for name, predictor in self.student.named_predictors()},
-            failure_score=settings.failure_score,
-            num_threads=pool.num_workers,
+            failure_score=settings.failure_score, num_threads=pool.num_workers,
             add_format_failure_as_feedback=settings.add_format_failure_as_feedback,
             rng=random.Random(settings.seed),  # which of a predictor's calls reflection reads, seeded as in dspy.GEPA
             reflection_lm=None,  # PooledReflection sets the reflection LM per call
-            custom_instruction_proposer=settings.instruction_proposer,
-            custom_code_proposer=settings.code_proposer,
-            warn_on_score_mismatch=settings.warn_on_score_mismatch,
-            reflection_minibatch_size=reflection_examples,
-            pool=pool,
-            events=events,
-            reflection_examples=reflection_examples,
+            custom_instruction_proposer=settings.instruction_proposer, custom_code_proposer=settings.code_proposer,
+            warn_on_score_mismatch=settings.warn_on_score_mismatch, reflection_minibatch_size=reflection_examples,
+            pool=pool, events=events, reflection_examples=reflection_examples,
         )
 
     def result(self, run: Run, gepa_result: GEPAResult, live: Live, stopped_by: str) -> Module:
