@@ -57,15 +57,20 @@ class PromptsSeen(ZooLM):
 
 @pytest.mark.parametrize("shape", [s for s in SHAPES if s.name in SHAPE_NAMES], ids=lambda s: s.name)
 def test_a_wide_run_validates_only_instructions_the_users_proposer_wrote(shape):
-    proposer, task_lm = RecordingProposer(), PromptsSeen()
-    train, val = shape.data()
-    student = shape.program()
-    seed_texts = {predictor.signature.instructions for _, predictor in student.named_predictors()}
-    result = compile_sim(student, (train, val), optimizer=BatchedGEPA, metric=shape.metric, lm=task_lm,
-                         reflection_lm=None, instruction_proposer=proposer, max_metric_calls=MAX_METRIC_CALLS,
-                         num_threads=4, seed=0).results
+    # Whether a window validates a merge rather than a lone child depends on how the pipelines' timings fall (a
+    # loaded machine finishes them one by one): the run is repeated on the next seed, up to three, until one has.
+    for seed in range(3):
+        proposer, task_lm = RecordingProposer(), PromptsSeen()
+        train, val = shape.data()
+        student = shape.program()
+        seed_texts = {predictor.signature.instructions for _, predictor in student.named_predictors()}
+        result = compile_sim(student, (train, val), optimizer=BatchedGEPA, metric=shape.metric, lm=task_lm,
+                             reflection_lm=None, instruction_proposer=proposer, max_metric_calls=MAX_METRIC_CALLS,
+                             num_threads=4, seed=seed).results
+        merges = sum(step.sibling_merged > 0 for step in result.steps)
+        if merges:
+            break
     assert result.steps[0].p * result.steps[0].n > 1, "the defaults should run several proposals at once"
-    merges = sum(step.sibling_merged > 0 for step in result.steps)
     assert merges >= 1, "no sibling merge was validated: the test would not see who writes them"
     assert proposer.calls >= sum(step.proposals for step in result.steps) + merges  # the merges were its calls
     validated = {predictor.signature.instructions for candidate in result.candidates
