@@ -60,7 +60,7 @@ from dspy_pxn.planning.spread import batch_seconds, mean_factor, sigma_of, slowe
 from dspy_pxn.testing.bill import PRICE_PAIR, dollars, from_server
 
 # A dspy.GEPA call with only the class name changed runs BatchedGEPA's defaults: at W = 16, B = 600 and
-# |val| = 30, p="auto" comes to 5 proposals in flight, each screened on 8 examples, async, with the sibling merge
+# |val| = 30, p="auto" comes to 3 proposals in flight, each screened on 8 examples, async, with the sibling merge
 # (and the crossover).
 CLASS_SWAP = {"BatchedGEPA": "async auto merge"}
 # The class swap, and with one setting a user may add: ``reflection_minibatch_size=3`` screens on dspy.GEPA's 3
