@@ -148,10 +148,20 @@ class Windows(StepListener):
 
     # -- step events: each one starts the window it lands in; rollouts spend what was reserved for them
     @override
-    def tasks_sampled(self, *_: Any) -> None:
+    def tasks_sampled(self, tasks: Any) -> None:
         self._start()
 
-    children_screened = reflected = sibling_merged = tasks_sampled
+    @override
+    def children_screened(self, children: int, improved: int) -> None:
+        self._start()
+
+    @override
+    def reflected(self, seconds: float, jobs: int, failed: int) -> None:
+        self._start()
+
+    @override
+    def sibling_merged(self, seconds: float, children: int) -> None:
+        self._start()
 
     @override
     def evaluated(self, phase: Phase, seconds: float, rollouts: int, failures: int) -> None:
