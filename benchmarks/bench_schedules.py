@@ -66,10 +66,12 @@ CLASS_SWAP = {"BatchedGEPA": "async auto merge"}
 # The class swap, and with one setting a user may add: ``reflection_minibatch_size=3`` screens on dspy.GEPA's 3
 # (more proposals, so more reflection calls, at the same metric calls); "$": ``max_cost_usd`` set to what dspy.GEPA
 # spent on the same call (``--equal-dollars-from``), the dollars binding rather than the metric calls; "pK": ``p=K``,
-# fewer proposals in flight than ``p="auto"`` chooses (where each improvement builds on the last).
+# fewer proposals in flight than ``p="auto"`` chooses (where each improvement builds on the last); "pK mM": both.
 CLASS_SWAPS: dict[str, dict] = {
     "BatchedGEPA": {}, "BatchedGEPA m3": {"reflection_minibatch_size": 3},
     "BatchedGEPA p2": {"p": 2}, "BatchedGEPA p3": {"p": 3}, "BatchedGEPA p3 m3": {"p": 3, "reflection_minibatch_size": 3},
+    "BatchedGEPA p4 m4": {"p": 4, "reflection_minibatch_size": 4},
+    "BatchedGEPA p4 m3": {"p": 4, "reflection_minibatch_size": 3},
     "BatchedGEPA $": {"equal_dollars": True}, "BatchedGEPA m3 $": {"reflection_minibatch_size": 3, "equal_dollars": True},
 }
 # An equal-dollar run's metric-call budget, in multiples of --budget: high enough that the dollars bind.
