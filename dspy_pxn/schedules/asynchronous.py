@@ -372,9 +372,8 @@ class AsyncSchedule:
         released: list[CandidateProposal] = []
         with self.lock:
             for proposal, index in self.windows.join(validated):
-                if (pending := self.pending.pop(id(proposal), None)) is not None:
+                if (pending := self._forget(proposal)) is not None:
                     pending.index = index
-                    self.latest = None if self.latest is pending else self.latest
                     for child in pending.waiting:
                         child.parent_program_ids = [index]
                     if proposal.candidate == pending.candidate:
@@ -386,10 +385,17 @@ class AsyncSchedule:
                 elif self.crossover is not None:
                     self.crossover.found_new_program()
             for proposal in [*validated.selected, *validated.passed_over]:  # not joined: no one builds on it
-                if (pending := self.pending.pop(id(proposal), None)) is not None:
-                    self.latest = None if self.latest is pending else self.latest
+                if (pending := self._forget(proposal)) is not None:
                     self._orphaned(pending, "the candidate it was rewritten from was not validated")
         return released
+
+    def _forget(self, proposal: CandidateProposal) -> _Pending | None:
+        """The candidate's validation is over (caller holds ``lock``): its entry, which no pipeline builds on any
+        more."""
+        pending = self.pending.pop(id(proposal), None)
+        if pending is not None and self.latest is pending:
+            self.latest = None
+        return pending
 
     def _orphaned(self, pending: _Pending, reason: str) -> None:
         """Improving children of a candidate that did not join the pool as they saw it: none can be validated."""
