@@ -52,7 +52,7 @@ from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
 from dspy_pxn.cli.plan import ASSUMED_ACCEPTANCE
 from dspy_pxn.engine import width as widths
-from dspy_pxn.engine.width import auto_width, screening_minibatch
+from dspy_pxn.engine.width import REFLECTION_EXAMPLES, auto_width, screening_minibatch
 from dspy_pxn.ledger.budget import RunShape
 from dspy_pxn.ledger.prices import token_prices, use_bundled_price_maps
 from dspy_pxn.planning import RuntimeModel
@@ -69,7 +69,8 @@ CLASS_SWAP = {"BatchedGEPA": "async auto merge"}
 # fewer proposals in flight than ``p="auto"`` chooses (where each improvement builds on the last); "pK mM": both.
 CLASS_SWAPS: dict[str, dict] = {
     "BatchedGEPA": {}, "BatchedGEPA m3": {"reflection_minibatch_size": 3},
-    "BatchedGEPA p2": {"p": 2}, "BatchedGEPA p3": {"p": 3}, "BatchedGEPA p3 m3": {"p": 3, "reflection_minibatch_size": 3},
+    "BatchedGEPA p2": {"p": 2}, "BatchedGEPA p3": {"p": 3}, "BatchedGEPA p4": {"p": 4}, "BatchedGEPA p5": {"p": 5},
+    "BatchedGEPA p3 m3": {"p": 3, "reflection_minibatch_size": 3},
     "BatchedGEPA p4 m4": {"p": 4, "reflection_minibatch_size": 4},
     "BatchedGEPA p4 m3": {"p": 4, "reflection_minibatch_size": 3},
     "BatchedGEPA $": {"equal_dollars": True}, "BatchedGEPA m3 $": {"reflection_minibatch_size": 3, "equal_dollars": True},
@@ -282,7 +283,8 @@ def planned_s(config: str, args, latency: str) -> float | None:
     model = RuntimeModel(task_s=task_s, reflection_s=args.reflection_ratio * task_s, acceptance=ASSUMED_ACCEPTANCE,
                          latency_p99_ratio=P99_RATIOS[latency])
     selection = words[2]
-    return model.predict(p, n, shape, int(selection) if selection.isdigit() else selection, words[0]).wall_s
+    staged = REFLECTION_EXAMPLES if minibatch is None else None  # the default minibatch is screened in stages
+    return model.predict(p, n, shape, int(selection) if selection.isdigit() else selection, words[0], staged).wall_s
 
 
 def paired(mine: list[dict], theirs: list[dict], key: Callable[[dict], float]) -> tuple[float, float]:

@@ -4,7 +4,8 @@ Traces one default 2×2 compile on the in-process simulated LM with ``sys.setpro
 of every thread), and counts, among dspy-pxn's own core modules (``dspy_pxn`` but ``testing``,
 ``planning``, ``tracking``, ``local`` and ``cli``): the classes whose methods ran, the modules whose code
 ran, and the distinct module-to-module paths a call crossed (and how many calls crossed them). A class
-counts when a method written in it ran (a dataclass's generated ``__init__`` alone does not).
+counts when a method written in it ran, on its own objects or a subclass's (a dataclass's generated ``__init__``
+alone does not).
 
     python benchmarks/trace_compile.py            # 2×2, B 120, |val| 12
     python benchmarks/trace_compile.py --list     # the classes and paths themselves
@@ -30,6 +31,21 @@ def core(module: str | None) -> bool:
     return bool(module) and module.startswith("dspy_pxn") and not module.startswith(TOOLING)
 
 
+def writer(kind: type, code: object) -> type | None:
+    """The class whose body holds the method running ``code``: a base class's method called on a subclass's
+    object counts as the base class (a maintainer reads it there), not as the subclass nor as nothing."""
+    for cls in kind.__mro__:
+        member = vars(cls).get(code.co_name)
+        if member is None:
+            continue
+        function = getattr(member, "fget", None) or getattr(member, "__func__", member)
+        while function is not None:
+            if getattr(function, "__code__", None) is code:
+                return cls
+            function = getattr(function, "__wrapped__", None)
+    return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--list", action="store_true", help="print the classes and the paths")
@@ -47,10 +63,9 @@ def main() -> None:
             return
         modules.add(module)
         owner = frame.f_locals.get("self", frame.f_locals.get("cls"))
-        if owner is not None:
-            kind = owner if isinstance(owner, type) else type(owner)
-            written = not frame.f_code.co_filename.startswith("<")  # not a dataclass's generated __init__, __eq__
-            if written and core(kind.__module__) and frame.f_code.co_name in vars(kind):
+        if owner is not None and not frame.f_code.co_filename.startswith("<"):  # not a dataclass's generated __eq__
+            kind = writer(owner if isinstance(owner, type) else type(owner), frame.f_code)
+            if kind is not None and core(kind.__module__):
                 classes.add(f"{kind.__module__}.{kind.__qualname__}")
         caller = frame.f_back.f_globals.get("__name__") if frame.f_back is not None else None
         if core(caller) and caller != module:

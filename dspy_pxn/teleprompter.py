@@ -73,9 +73,11 @@ class BatchedGEPA(dspy.GEPA):
             above it, which keeps held-out quality at width; ``"all"`` is faster and shallower.
         reflection_minibatch_size: Training examples each parent and child is screened on (m), all of
             which the reflection reads; each proposal costs 2·m metric calls. Default: 3 at one proposal
-            at a time (dspy.GEPA's); above it, 8, of which reflection reads the 3 lowest-scoring: several
-            proposals merged into one validated candidate validate less often than dspy.GEPA does, and
-            the calls saved buy a steadier accept decision rather than more reflection calls
+            at a time (dspy.GEPA's); above it, up to 8, in stages: a child is screened on the 3 examples
+            its parent's reflection read, as in dspy.GEPA, and on the other 5 only if it beat its parent on
+            those (the async schedule; gepa's step loop screens on 8, of which reflection reads the 3
+            lowest-scoring). Several proposals merged into one validated candidate validate less often than
+            dspy.GEPA does; the calls saved buy a steadier accept decision rather than more reflection calls
             (``dspy_pxn.engine.width.screening_minibatch``). Give it to set both.
         candidate_selection_strategy: How parents are drawn: ``"pareto"`` (default), ``"current_best"``,
             ``"epsilon_greedy"``, ``"top_k_pareto"``, or a gepa ``CandidateSelector``.

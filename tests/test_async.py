@@ -398,3 +398,34 @@ def test_a_pipeline_started_while_a_candidate_is_validated_builds_on_it(seed):
     assert len(result.candidates) >= 4 and not stale, [(e["parent"], e["outcome"], e["reason"]) for e in stale]
     # Each candidate is the child of one validated before it: the lineage is the chain itself.
     assert all(parents == [index - 1] for index, parents in enumerate(result.parents[1:], start=1)), result.parents
+
+
+def test_a_child_is_screened_on_the_rest_of_its_minibatch_only_after_beating_its_parent_where_reflection_read():
+    """Above one proposal at a time the default minibatch is 8 rows of which reflection reads 3: the parent is traced
+    on those 3, the child screened on them, and only a child that beat its parent there is screened, beside its
+    parent, on the other 5. A try that fails costs dspy.GEPA's 6 calls, and the budget stays exact."""
+    heard, lm, reflection_lm = Heard(), sim.SimulatedLM(), sim.SimulatedLM()
+    train, val, _ = sim.make_splits(seed=0, train=60, val=30, test=1)
+    result = compile_sim(splits=(train, val), lm=lm, reflection_lm=reflection_lm, p=3, n=1, max_metric_calls=500,
+                         use_merge=False, gepa_kwargs={"callbacks": [heard]}).results
+    assert {step.minibatch_size for step in result.steps} == {8}
+    decided = [e for name, e in heard.events if name == "on_proposal_decided" and e["proposal"] is not None
+               and e["proposal"].tag == "reflective_mutation"]
+    by_rows = {rows: [e for e in decided if len(e["proposal"].subsample_indices) == rows] for rows in (3, 8)}
+    assert len(by_rows[3]) + len(by_rows[8]) == len(decided)
+    assert by_rows[3] and by_rows[8]  # some children stopped at the first stage, some went on
+    for event in by_rows[3]:  # stopped: not better than the parent on the rows reflection read
+        proposal = event["proposal"]
+        assert event["outcome"] == "not_improved"
+        assert sum(proposal.subsample_scores_after) <= sum(proposal.subsample_scores_before)
+        assert len(proposal.subsample_scores_before) == len(proposal.subsample_scores_after) == 3
+    for event in by_rows[8]:  # went on: better on the first 3, then judged on all 8
+        proposal = event["proposal"]
+        before, after = proposal.subsample_scores_before, proposal.subsample_scores_after
+        assert len(before) == len(after) == 8 and sum(after[:3]) > sum(before[:3])
+        assert (event["outcome"] != "not_improved") == (sum(after) > sum(before))
+    assert all(len(e["proposal"].subsample_indices) == 8 for e in decided if e["outcome"] != "not_improved")
+    prompts = [h["messages"][-1]["content"] for h in reflection_lm.history if "new_instruction" in str(h["messages"])]
+    assert prompts and all(prompt.count('"Feedback"') == 3 for prompt in prompts)  # what the parent was traced on
+    assert lm.stats()["calls"]["task"] == result.total_metric_calls <= 500
+    assert sum(step.metric_calls for step in result.steps) + len(val) == result.total_metric_calls

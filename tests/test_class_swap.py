@@ -13,7 +13,7 @@ from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
 
 
-@pytest.mark.parametrize(("num_threads", "setting", "width"), [(16, None, 3), (None, None, 3), (None, 2, 2)],
+@pytest.mark.parametrize(("num_threads", "setting", "width"), [(16, None, 4), (None, None, 4), (None, 2, 2)],
                          ids=["num_threads=16", "DSPy's default", "dspy.context(num_threads=2)"])
 def test_a_class_swap_runs_wide_at_the_calls_concurrency_and_never_above_it(num_threads, setting, width):
     train, val, _ = sim.make_splits(seed=0, train=60, val=30, test=1)
@@ -24,8 +24,8 @@ def test_a_class_swap_runs_wide_at_the_calls_concurrency_and_never_above_it(num_
     with dspy.context(lm=task, **({"num_threads": setting} if setting is not None else {})):
         result = BatchedGEPA(**arguments).compile(sim.seed_program(), trainset=train, valset=val).detailed_results
     workers = num_threads or setting or dspy.settings.num_threads  # DSPy's own default (8) when neither is set
-    # p="auto": one proposal per worker, at most what buys seven windows of proposals screened on 8 examples
-    assert width == min(workers, 3)
+    # p="auto": one proposal per worker, at most what buys six windows of proposals screened on up to 8 examples
+    assert width == min(workers, 4)
     assert result.num_workers == workers
     assert {(step.p * step.n, step.schedule) for step in result.steps} == {(width, "async")}
     assert task.stats()["max_in_flight"]["task"] <= workers  # never more rollouts in flight than the call had

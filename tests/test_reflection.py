@@ -109,9 +109,10 @@ def _reflection_prompts(reflection_lm) -> list[str]:
     return [h["messages"][-1]["content"] for h in reflection_lm.history if "new_instruction" in str(h["messages"])]
 
 
-def test_above_one_proposal_each_is_screened_on_a_quarter_of_val_and_reflection_reads_the_three_lowest():
-    """The default screens on 8 examples at |val| = 30; each reflection prompt shows 3 of them (dspy.GEPA's
-    count), the lowest-scoring: rows the parent already gets right are left out while failures remain."""
+def test_gepas_step_loop_screens_wide_proposals_on_a_quarter_of_val_and_reflection_reads_the_three_lowest():
+    """In gepa's step loop the default screens on 8 examples at |val| = 30; each reflection prompt shows 3 of them
+    (dspy.GEPA's count), the lowest-scoring: rows the parent already gets right are left out while failures remain.
+    (The async schedule screens in stages instead: ``tests/test_async.py``.)"""
     import dspy
 
     from dspy_pxn import BatchedGEPA
@@ -119,7 +120,7 @@ def test_above_one_proposal_each_is_screened_on_a_quarter_of_val_and_reflection_
     train, val, _ = sim.make_splits(seed=0, train=60, val=30, test=1)
     reflection_lm = sim.SimulatedLM()
     with dspy.context(lm=sim.SimulatedLM()):
-        results = BatchedGEPA(metric=sim.metric, max_metric_calls=400, num_threads=8, p=3,
+        results = BatchedGEPA(metric=sim.metric, max_metric_calls=400, num_threads=8, p=3, schedule="steps",
                               reflection_lm=reflection_lm).compile(sim.seed_program(), trainset=train,
                                                                    valset=val).detailed_results
     assert {(step.minibatch_size, step.p) for step in results.steps} == {(8, 3)}

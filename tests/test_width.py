@@ -23,9 +23,9 @@ from dspy_pxn.ledger.budget import RunShape
 
 
 @pytest.mark.parametrize(("workers", "budget", "val_size", "expected"), [
-    (32, 3000, 150, 32),    # the pool's width: the budget buys (3000/7 - 150)/6 = 46 proposals per window
-    (512, 3000, 150, 46),   # a wider pool than the budget can use: the budget's cap
-    (16, 600, 30, 9),       # W = 16, B = 600: (600/7 - 30)/6 = 9, under the pool
+    (32, 3000, 150, 32),    # the pool's width: the budget buys (3000/6 - 150)/6 = 58 proposals per window
+    (512, 3000, 150, 58),   # a wider pool than the budget can use: the budget's cap
+    (16, 600, 30, 11),      # W = 16, B = 600: (600/6 - 30)/6 = 11, under the pool
     (8, 200, 30, 1),        # a budget that buys little: one proposal at a time, never none
     (4, 100_000, 30, 4),
 ])
@@ -48,7 +48,7 @@ def test_the_auto_width_is_the_pool_capped_by_the_budget(workers, budget, val_si
 def test_the_prompt_width_leaves_five_windows(workers, budget, expected):
     shape = RunShape(workers=workers, budget=budget, val_size=30, minibatch_size=3)
     assert auto_width(shape, PROMPT_VALIDATION_WINDOWS) == expected
-    assert auto_width(shape) <= expected  # BatchedGEPA's seven windows: never wider
+    assert auto_width(shape) <= expected  # BatchedGEPA's six windows: never wider
 
 
 def test_a_validation_starts_alone_for_one_improver_and_beside_another_only_for_enough():
@@ -63,7 +63,7 @@ def test_auto_parents_are_whole_parents_of_the_width():
     shape = RunShape(workers=32, budget=3000, val_size=150, minibatch_size=3)
     assert auto_parents(shape, 1) == 32
     assert auto_parents(shape, 4) == 8
-    assert auto_parents(RunShape(workers=64, budget=3000, val_size=150, minibatch_size=3), 4) == 11  # 46 // 4
+    assert auto_parents(RunShape(workers=64, budget=3000, val_size=150, minibatch_size=3), 4) == 14  # 58 // 4
     assert auto_parents(RunShape(workers=2, budget=3000, val_size=150), 4) == 1
 
 
@@ -113,5 +113,5 @@ def test_optimize_with_p_auto_runs_and_says_the_width_it_chose(tmp_path, capsys)
 def test_plan_says_what_p_auto_would_run(capsys):
     assert cli(["plan", "--workers", "64", "--budget", "3000", "--val-size", "150", "--task-latency", "0.25",
                 "--reflection-latency", "1", "--schedules", "async", "--selection", "merge"]) == 0
-    # Seven windows of proposals screened on 38 examples (a quarter of |val|): (3000/7 - 150) // 76 = 3.
-    assert "p='auto' runs 3×1 merge (async) here" in capsys.readouterr().out
+    # Six windows of proposals screened on up to 38 examples (a quarter of |val|): (3000/6 - 150) // 76 = 4.
+    assert "p='auto' runs 4×1 merge (async) here" in capsys.readouterr().out

@@ -135,13 +135,15 @@ def plan_command(args: argparse.Namespace) -> int:
     shapes = parse_shapes(args.shapes) if args.shapes else shapes_for(shape)
     settings = [(schedule.strip(), parse_selection(selection))
                 for schedule in args.schedules.split(",") for selection in args.selection.split(",")]
-    predictions = [model.predict(p, n, at_width(p * n), selection, schedule)
+    # Left to the optimizer, a minibatch above one proposal at a time is screened in stages: reflection reads 3 rows.
+    staged = None if args.minibatch_size else REFLECTION_EXAMPLES
+    predictions = [model.predict(p, n, at_width(p * n), selection, schedule, staged)
                    for schedule, selection in settings for p, n in shapes]
     front = model.front(predictions)
     ranked = (front + sorted((pr for pr in predictions if pr not in front), key=lambda pr: pr.wall_s))[: args.top]
     reference = model.predict(1, 1, at_width(1), "all")
     wide = auto_width(shape)  # BatchedGEPA() with no p, n, ...: its width, at its minibatch
-    defaults = (model.predict(wide, 1, shape, "merge", "async") if wide > 1
+    defaults = (model.predict(wide, 1, shape, "merge", "async", staged) if wide > 1
                 else model.predict(1, 1, at_width(1), "all", "steps"))
     if not any(same_setting(pr, defaults) for pr in ranked):
         ranked.append(defaults)

@@ -244,8 +244,9 @@ def search_width(settings: Settings, workers: int, budget: int, val_size: int, t
         logger.info("p='auto': P×N = %d×%d (%d proposals in flight) for W=%d workers, B=%d metric calls, |val|=%d.",
                     p, settings.n, p * settings.n, workers, budget, val_size)
     if given is None and m != REFLECTION_EXAMPLES:
-        logger.info("reflection_minibatch_size: each proposal is screened on %d training examples, of which its "
-                    "reflection reads the %d lowest-scoring (pass reflection_minibatch_size=... to set both).", m,
+        logger.info("reflection_minibatch_size: each proposal is screened on up to %d training examples: its "
+                    "reflection reads %d, and its child is screened on the rest only if it beat its parent on those "
+                    "(pass reflection_minibatch_size=... to screen on that many and read them all).", m,
                     REFLECTION_EXAMPLES)
     return p, m
 

@@ -14,6 +14,13 @@ landscapes and −0.35 where each improvement builds on the last; 3 in flight (s
 at 3.2-5.0× dspy.GEPA's speed instead of 3.8-6.4×, with fewer reflection calls. So the width is the pool's, capped where
 the budget would buy fewer than ``MIN_VALIDATION_WINDOWS`` windows.
 
+Since the async schedule screens in stages (``schedules.asynchronous``: a child is screened on the rows its parent's
+reflection read, and on the rest of the minibatch only if it beat its parent there), most proposals cost 2 × 3 calls,
+not 2m, and a window holds more of them than the 2m the width counts per proposal. At W = 16, B = 600, |val| = 30,
+10 seeds on three landscapes with fixed call times, against dspy.GEPA: 3 in flight (seven windows) scored −0.003 /
++0.006 / −0.088 (depth / breadth / chain) at 2.7-3.2× its speed; 4 (six windows) +0.010 / +0.034 / −0.093 at 3.1-3.7×,
+1.06-1.30× its reflection calls; 5 −0.025 / +0.023 / −0.131 (``docs/benchmark-log.md``, "Staged screening").
+
 Validations in flight (``starts_validation``): one validation at a time leaves the pool to the pipelines while a sibling
 merge's reflection runs and while the validation's last wave drains, and a wide pool has improvers waiting all the
 while. So a second validation may start beside the first, but only once ``SECOND_VALIDATION_MIN_IMPROVERS`` improvers
@@ -33,8 +40,9 @@ from dspy_pxn.ledger.budget import RunShape
 
 AUTO = "auto"
 
-# Windows (≈ generations) the budget must buy at the chosen width; see the module docstring.
-MIN_VALIDATION_WINDOWS = 7
+# Windows (≈ generations) the budget must buy at the chosen width, counting 2m calls per proposal (what the budget
+# guard reserves for one); see the module docstring.
+MIN_VALIDATION_WINDOWS = 6
 
 # The windows BatchedGepaPromptOptimizer's default width leaves (one pipeline per row in flight, within them): at
 # B = 300, |val| = 30, W = 10, five windows run 5 wide. Since pipelines started beside a validation build on its

@@ -153,14 +153,19 @@ class RuntimeModel:
         return floor_seconds(shape.budget, self.task_s, shape.workers)
 
     def predict(
-        self, p: int, n: int, shape: RunShape, selection: Selection = "all", schedule: str = "steps"
+        self, p: int, n: int, shape: RunShape, selection: Selection = "all", schedule: str = "steps",
+        reflection_rows: int | None = None,
     ) -> Prediction:
-        """Expected wall-clock, iterations, validation-trigger fraction and generations of a P×N run."""
+        """Expected wall-clock, iterations, validation-trigger fraction and generations of a P×N run.
+
+        ``reflection_rows`` (async): the rows of each minibatch the parent is traced on and its reflection reads,
+        when fewer than m; the rest are screened only for a child that beat its parent on them (the async schedule's
+        staged screening, BatchedGEPA's default above one proposal at a time). None: all m."""
         positive_int("p", p, "P is the number of parents per step.")
         positive_int("n", n, "N is the number of mutations per parent.")
         name = selections.label(selections.spec(selection))
         if schedule == "async":
-            return self._predict_async(p, n, shape, selection, name)
+            return self._predict_async(p, n, shape, selection, name, reflection_rows)
         if schedule != "steps":
             raise ValueError(f"schedule={schedule!r} must be 'steps' or 'async'.")
         merges = selections.spec(selection) in selections.MERGES
@@ -215,7 +220,8 @@ class RuntimeModel:
             binding=_binding(wall, floor, step_latency, validation_latency, pool_wait), generations=triggers,
         )
 
-    def _predict_async(self, p: int, n: int, shape: RunShape, selection: Selection, name: str) -> Prediction:
+    def _predict_async(self, p: int, n: int, shape: RunShape, selection: Selection, name: str,
+                       reflection_rows: int | None = None) -> Prediction:
         """``schedule="async"``: K = P·N pipelines in flight, validations back to back in *windows*.
 
         A pipeline takes t_p = 2·T_e + T_r (parent, reflection, child) while the pool keeps up; the
@@ -227,14 +233,19 @@ class RuntimeModel:
         repeat until the budget, less the launch rule's reserve of 2m + |val|, is spent; the start (every
         pipeline reflecting at once) and, on a full pool, the last validation add their idle time. With a latency
         spread a screening waits for the slowest of its m calls, a validation for the slowest of its
-        last wave, and the pool delivers W/mean call time.
+        last wave, and the pool delivers W/mean call time. Screened in stages (``reflection_rows`` r < m), a
+        proposal costs 2r calls, and 2m with one more wave of T_e for the share a that goes on (measured: the
+        children that beat their parents on r rows are about the ones that improve on m).
         """
         W, V, m = shape.workers, shape.val_size, shape.minibatch_size
         T_e, T_r, a, K = self.task_s, self.reflection_s, self.acceptance, p * n
         sigma = self.sigma
         mean = mean_factor(sigma)
         spec = selections.spec(selection)
-        t_p = 2 * T_e * slowest_factor(m, sigma) + T_r * mean + self.step_overhead_s
+        r = min(reflection_rows or m, m)
+        proposal_calls = 2 * r + a * 2 * (m - r)
+        t_p = (2 * T_e * slowest_factor(r, sigma) + T_r * mean + self.step_overhead_s
+               + (a * T_e * slowest_factor(m - r, sigma) if m > r else 0.0))
         seed_s = batch_seconds(V, W, T_e, sigma)
         capacity = W / (T_e * mean)  # rollouts a second on a saturated pool
         spent = shape.budget - (2 * m + V) / 2  # the launch rule stops within one proposal and one validation of B
@@ -249,19 +260,19 @@ class RuntimeModel:
                 T_r * mean if spec in selections.MERGES and improvers >= 2 else 0.0)
             window = t_v + (1.0 / (a * rate) if a > 0 else math.inf)
             pool_left = max(capacity - kept * V / window, capacity / 10)
-            rate = min(K / t_p, pool_left / (2 * m))
+            rate = min(K / t_p, pool_left / proposal_calls)
         pool_bound = rate < K / t_p - 1e-9
         # The first K pipelines start together: all screen, then all reflect with nothing else for the pool
         # to run, then all screen their children, a cycle longer than the steady state's K/rate.
-        ramp = max(0.0, 2 * batch_seconds(K * m, W, T_e, sigma) + T_r * mean + self.step_overhead_s - K / rate)
+        ramp = max(0.0, 2 * batch_seconds(K * r, W, T_e, sigma) + T_r * mean + self.step_overhead_s - K / rate)
         # On a full pool the validations' calls are paid at the pool's rate; the last one runs as the pool
         # empties, so its own duration shows.
         drain = max(0.0, t_v - kept * V / capacity) if pool_bound else 0.0
         if a <= 0 or math.isinf(window):
-            proposals = max(0.0, budget / (2 * m))
+            proposals = max(0.0, budget / proposal_calls)
             generations, wall = 0.0, seed_s + ramp + proposals / rate
         else:
-            per_window = 2 * m * rate * window + kept * V
+            per_window = proposal_calls * rate * window + kept * V
             generations = max(0.0, budget / per_window)
             wall = seed_s + ramp + generations * window + drain
         floor = self.floor(shape)

@@ -7,6 +7,14 @@ one is, and enough improvers wait: ``width.starts_validation``), the queued ones
 are validated together. Reflections run in the pipelines' own threads, never on a rollout worker, so they cannot
 starve rollouts.
 
+Staged screening. Where the minibatch is larger than what reflection reads (the default above one proposal at a time:
+8 rows, 3 read; ``engine.width.screening_minibatch``), the parent is traced on the 3 rows its reflection reads, as in
+dspy.GEPA, and the child is screened on them; only a child that beat its parent there is screened, with its parent, on
+the other 5 rows, and it improves if it beats its parent on all 8. A try that fails costs 6 calls (dspy.GEPA's cost),
+one that passes 16 and is accepted on a steadier signal, so the budget buys about as many tries as dspy.GEPA's loop,
+and so as many generations where each improvement builds on the last (measured: ``docs/benchmark-log.md``, "Staged
+screening"). The rows the parent's reflection does not read are reserved with the rest and released when unused.
+
 Parents. A pipeline started while a validation is in flight takes that validation's candidate as its parent
 (``_Pending``), as dspy.GEPA's next step builds on the candidate it has just validated: it already beat its own
 parent on screening, and validated candidates always join the pool. Its improving children wait for it to join
@@ -215,7 +223,11 @@ class AsyncSchedule:
         """One proposal, on the screening the guard promised it (``reservation``); ``pending``: its parent is a
         candidate still being validated."""
         adapter, settings = self.live.adapter, self.run.settings
-        before = adapter.evaluate(task.minibatch, task.parent_candidate, capture_traces=True, phase="screening")
+        # Staged screening: where the minibatch is larger than what reflection reads, the parent is traced on the
+        # rows reflection reads, and the rest screen only a child that beat its parent there (see the docstring).
+        first = task.minibatch[:self.run.reflection_examples]
+        rest = len(task.minibatch) - len(first)
+        before = adapter.evaluate(first, task.parent_candidate, capture_traces=True, phase="screening")
         perfect = settings.skip_perfect_score and settings.perfect_score is not None and all(
             s is not None and s >= settings.perfect_score for s in before.scores)  # as gepa's proposer skips
         if perfect or not before.trajectories:
@@ -248,13 +260,25 @@ class AsyncSchedule:
                 return self._no_child(task, reservation, before.scores, "no budget left to validate its child")
             self.guard.commit(reservation)  # its child's screening is spent from here on
         child = {**task.parent_candidate, **reflected.new_texts}
-        after = adapter.evaluate(task.minibatch, child, capture_traces=False, phase="screening")
+        after = adapter.evaluate(first, child, capture_traces=False, phase="screening")
         replies = {f"raw_lm_output:{name}": text for name, text in reflected.raw_lm_outputs.items()}
         proposal = CandidateProposal(
-            candidate=child, parent_program_ids=[task.parent_idx], subsample_indices=list(task.minibatch_ids),
+            candidate=child, parent_program_ids=[task.parent_idx], subsample_indices=list(task.minibatch_ids[:len(first)]),
             subsample_scores_before=list(before.scores), subsample_scores_after=list(after.scores),
             tag="reflective_mutation", metadata={**reflected.metadata, **replies, "proposal_id": proposal_id},
         )
+        if rest:
+            with self.lock:
+                promising = self.acceptance.should_accept(proposal, self.state)
+                if not promising:  # the rest of its screening is not needed
+                    self.guard.release(reservation, 2 * rest)
+            if promising:
+                parent_rest, child_rest = adapter.batch_evaluate(
+                    [(task.parent_candidate, task.minibatch[len(first):]), (child, task.minibatch[len(first):])],
+                    capture_traces=False, phase="screening")
+                proposal.subsample_indices = list(task.minibatch_ids)
+                proposal.subsample_scores_before = [*before.scores, *parent_rest.scores]
+                proposal.subsample_scores_after = [*after.scores, *child_rest.scores]
         with self.lock:
             improved = self.acceptance.should_accept(proposal, self.state)
             self.live.events.children_screened(1, int(improved))
@@ -275,9 +299,11 @@ class AsyncSchedule:
             pending.waiting.append(screened.proposal)
 
     def _no_child(self, task: ProposalTask, reservation: Reservation, scores: list[float], reason: str) -> None:
-        """The pipeline ends after its parent's screening: the child's reserved calls are not needed."""
+        """The pipeline ends after its parent's first screening: the child's reserved calls are not needed, nor
+        the rows of the parent's reflection did not read (staged screening)."""
+        unscreened = max(0, len(task.minibatch) - self.run.reflection_examples)
         with self.lock:
-            self.guard.release(reservation, len(task.minibatch))
+            self.guard.release(reservation, len(task.minibatch) + unscreened)
             self.guard.close(reservation)
             self.windows.decided(task.parent_idx, "no_proposal", reason, minibatch_ids=task.minibatch_ids,
                                 scores=scores)
