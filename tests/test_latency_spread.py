@@ -65,8 +65,10 @@ def test_a_longer_tail_never_makes_a_run_quicker(schedule, p, n, selection):
 
 
 def _auto_line(out: str) -> float:
+    """The defaults' predicted wall-clock in seconds, as the plan prints it ("95.2 s" or "2.9 min")."""
     line = next(line for line in out.splitlines() if line.startswith("defaults: p='auto'"))
-    return float(line.split("within the budget): ")[1].split(" s,")[0])
+    value, unit = line.split("within the budget): ")[1].split(",")[0].split()
+    return float(value) * {"s": 1, "min": 60, "h": 3600}[unit]
 
 
 def test_plan_takes_the_spread_and_predicts_a_wide_run_slower(capsys):

@@ -220,11 +220,11 @@ def test_never_over_budget_where_mlflows_gepa_overshoots(store: str, budget: int
 
 
 @pytest.mark.parametrize(("budget", "kwargs", "width"), [
-    (300, {}, 6), (150, {}, 4), (150, {"n": 2}, 4), (150, {"p": "auto"}, 2), (90, {}, 2)])
+    (300, {}, 6), (150, {}, 4), (150, {"n": 2}, 4), (150, {"p": "auto"}, 3), (90, {}, 2)])
 def test_by_default_one_pipeline_runs_per_row_in_flight(store: str, budget: int, kwargs: dict[str, Any],
                                                           width: int) -> None:
     """P·N fills the 6 rows in flight, within what leaves the budget five validation windows: at B = 150 that is
-    (150 / 5 − |val| 6) / 2m = 4, at B = 90 2. ``p="auto"`` is BatchedGEPA's seven-window rule: (150 / 7 − 6) // 6 = 2."""
+    (150 / 5 − |val| 6) / 2m = 4, at B = 90 2. ``p="auto"`` is BatchedGEPA's six-window rule: (150 / 6 − 6) // 6 = 3."""
     task = Task(f"width-{budget}-{'-'.join(map(str, kwargs.values())) or 'default'}", rows=6)
     ours = optimizer(budget, num_threads=6, **kwargs)
     task.optimize(ours)

@@ -263,12 +263,12 @@ def test_the_plan_always_shows_the_defaults_and_marks_what_was_never_measured(ca
     assert cli(["plan", "--workers", "16", "--budget", "600", "--val-size", "30"]) == 0
     rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]
     table = {(cells[1].strip(), cells[2].strip(), cells[3].strip()): cells for cells in rows}
-    defaults = table[("async", "3×1", "merge")]  # p="auto" at W = 16, B = 600, |val| = 30, screened on 8
+    defaults = table[("async", "4×1", "merge")]  # p="auto" at W = 16, B = 600, |val| = 30, screened in stages
     assert defaults[0].strip() == "defaults" and defaults[-1].strip() == "measured"
     assert any(cells[-1].strip() == "never measured" for cells in table.values())
     assert table[("steps", "1×1", "all")][-1].strip() == "measured"  # dspy.GEPA's own search
     assert cli(["plan", "--workers", "16", "--budget", "600", "--val-size", "30", "--top", "1"]) == 0
-    assert "| defaults | async | 3×1 | merge |" in capsys.readouterr().out  # shown even outside the top
+    assert "| defaults | async | 4×1 | merge |" in capsys.readouterr().out  # shown even outside the top
 
 
 @pytest.mark.parametrize(

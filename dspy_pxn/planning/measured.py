@@ -33,7 +33,8 @@ MEASURED: dict[tuple[str, str, str], str] = {
     ("async", "64x1", "merge"): "schedules_wide_w256_width64.json",
     ("async", "96x1", "merge"): "schedules_wide_w256_width96.json",
     ("async", "113x1", "merge"): "schedules_wide_w256_width113.json",
-    ("async", "auto", "merge"): "class_swap.json (W 16), end_not_waiting_w64_after.json, end_not_waiting_w256_after.json",
+    ("async", "auto", "merge"): ("class_swap_default.json (W 16), class_swap_w64_bill.json (W 64), "
+                                 "end_not_waiting_w256_after.json"),
 }
 
 
