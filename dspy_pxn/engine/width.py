@@ -18,8 +18,8 @@ Since the async schedule screens in stages (``schedules.asynchronous``: a child 
 reflection read, and on the rest of the minibatch only if it beat its parent there), most proposals cost 2 × 3 calls,
 not 2m, and a window holds more of them than the 2m the width counts per proposal. At W = 16, B = 600, |val| = 30,
 10 seeds on three landscapes with fixed call times, against dspy.GEPA: 3 in flight (seven windows) scored −0.003 /
-+0.006 / −0.088 (depth / breadth / chain) at 2.7-3.2× its speed; 4 (six windows) +0.010 / +0.034 / −0.093 at 3.1-3.7×,
-1.06-1.30× its reflection calls; 5 −0.025 / +0.023 / −0.131 (``docs/benchmark-log.md``, "Staged screening").
++0.006 / −0.088 (depth / breadth / chain) at 2.7-3.2× its speed; 4 (six windows) +0.010 / +0.034 / −0.093 at 3.05-3.7×,
+1.08-1.30× its reflection calls; 5 −0.025 / +0.023 / −0.131 (``docs/benchmark-log.md``, "Staged screening").
 
 Validations in flight (``starts_validation``): one validation at a time leaves the pool to the pipelines while a sibling
 merge's reflection runs and while the validation's last wave drains, and a wide pool has improvers waiting all the

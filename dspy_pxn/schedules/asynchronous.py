@@ -225,8 +225,7 @@ class AsyncSchedule:
         adapter, settings = self.live.adapter, self.run.settings
         # Staged screening: where the minibatch is larger than what reflection reads, the parent is traced on the
         # rows reflection reads, and the rest screen only a child that beat its parent there (see the docstring).
-        first = task.minibatch[:self.run.reflection_examples]
-        rest = len(task.minibatch) - len(first)
+        first, later = task.minibatch[:self.run.reflection_examples], task.minibatch[self.run.reflection_examples:]
         before = adapter.evaluate(first, task.parent_candidate, capture_traces=True, phase="screening")
         perfect = settings.skip_perfect_score and settings.perfect_score is not None and all(
             s is not None and s >= settings.perfect_score for s in before.scores)  # as gepa's proposer skips
@@ -263,19 +262,19 @@ class AsyncSchedule:
         after = adapter.evaluate(first, child, capture_traces=False, phase="screening")
         replies = {f"raw_lm_output:{name}": text for name, text in reflected.raw_lm_outputs.items()}
         proposal = CandidateProposal(
-            candidate=child, parent_program_ids=[task.parent_idx], subsample_indices=list(task.minibatch_ids[:len(first)]),
+            candidate=child, parent_program_ids=[task.parent_idx],
+            subsample_indices=list(task.minibatch_ids[:len(first)]),
             subsample_scores_before=list(before.scores), subsample_scores_after=list(after.scores),
             tag="reflective_mutation", metadata={**reflected.metadata, **replies, "proposal_id": proposal_id},
         )
-        if rest:
+        if later:
             with self.lock:
                 promising = self.acceptance.should_accept(proposal, self.state)
                 if not promising:  # the rest of its screening is not needed
-                    self.guard.release(reservation, 2 * rest)
+                    self.guard.release(reservation, 2 * len(later))
             if promising:
                 parent_rest, child_rest = adapter.batch_evaluate(
-                    [(task.parent_candidate, task.minibatch[len(first):]), (child, task.minibatch[len(first):])],
-                    capture_traces=False, phase="screening")
+                    [(task.parent_candidate, later), (child, later)], capture_traces=False, phase="screening")
                 proposal.subsample_indices = list(task.minibatch_ids)
                 proposal.subsample_scores_before = [*before.scores, *parent_rest.scores]
                 proposal.subsample_scores_after = [*after.scores, *child_rest.scores]
@@ -299,14 +298,13 @@ class AsyncSchedule:
             pending.waiting.append(screened.proposal)
 
     def _no_child(self, task: ProposalTask, reservation: Reservation, scores: list[float], reason: str) -> None:
-        """The pipeline ends after its parent's first screening: the child's reserved calls are not needed, nor
-        the rows of the parent's reflection did not read (staged screening)."""
-        unscreened = max(0, len(task.minibatch) - self.run.reflection_examples)
+        """The pipeline ends after its parent was screened on the rows its reflection reads: the child's reserved
+        calls are not needed, nor the parent's on the rest of the minibatch (staged screening)."""
+        read = task.minibatch_ids[:self.run.reflection_examples]
         with self.lock:
-            self.guard.release(reservation, len(task.minibatch) + unscreened)
+            self.guard.release(reservation, 2 * len(task.minibatch) - len(read))
             self.guard.close(reservation)
-            self.windows.decided(task.parent_idx, "no_proposal", reason, minibatch_ids=task.minibatch_ids,
-                                scores=scores)
+            self.windows.decided(task.parent_idx, "no_proposal", reason, minibatch_ids=read, scores=scores)
 
     def _only_futile_reflections_left(self, in_flight: dict[Future, str]) -> bool:
         """Whether all that is in flight is pipelines waiting on reflections whose children no budget is left
