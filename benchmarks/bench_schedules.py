@@ -52,7 +52,7 @@ from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
 from dspy_pxn.cli.plan import ASSUMED_ACCEPTANCE
 from dspy_pxn.engine import width as widths
-from dspy_pxn.engine.width import REFLECTION_EXAMPLES, auto_width, screening_minibatch
+from dspy_pxn.engine.width import auto_width, rows_reflection_reads, screening_minibatch
 from dspy_pxn.ledger.budget import RunShape
 from dspy_pxn.ledger.prices import token_prices, use_bundled_price_maps
 from dspy_pxn.planning import RuntimeModel
@@ -283,8 +283,8 @@ def planned_s(config: str, args, latency: str) -> float | None:
     model = RuntimeModel(task_s=task_s, reflection_s=args.reflection_ratio * task_s, acceptance=ASSUMED_ACCEPTANCE,
                          latency_p99_ratio=P99_RATIOS[latency])
     selection = words[2]
-    staged = REFLECTION_EXAMPLES if minibatch is None else None  # the default minibatch is screened in stages
-    return model.predict(p, n, shape, int(selection) if selection.isdigit() else selection, words[0], staged).wall_s
+    return model.predict(p, n, shape, int(selection) if selection.isdigit() else selection, words[0],
+                         rows_reflection_reads(minibatch)).wall_s
 
 
 def paired(mine: list[dict], theirs: list[dict], key: Callable[[dict], float]) -> tuple[float, float]:

@@ -32,6 +32,11 @@ class Compiled(NamedTuple):
     results: Any
 
 
+def reflection_prompts(reflection_lm: Any) -> list[str]:
+    """The user message of each of DSPy's reflection prompts the LM answered (not the sibling merges)."""
+    return [h["messages"][-1]["content"] for h in reflection_lm.history if "new_instruction" in str(h["messages"])]
+
+
 def compile_sim(
     program: dspy.Module | None = None,
     splits: Sequence[Any] | None = None,

@@ -22,7 +22,7 @@ from dspy_pxn import BatchedGEPA, read_step_log
 from dspy_pxn import testing as sim
 from dspy_pxn.engine.resume import load_saved_state
 from tests.budgets import smallest_step
-from tests.compiling import compile_sim
+from tests.compiling import compile_sim, reflection_prompts
 from tests.threads import threads_left_behind
 
 
@@ -425,7 +425,7 @@ def test_a_child_is_screened_on_the_rest_of_its_minibatch_only_after_beating_its
         assert len(before) == len(after) == 8 and sum(after[:3]) > sum(before[:3])
         assert (event["outcome"] != "not_improved") == (sum(after) > sum(before))
     assert all(len(e["proposal"].subsample_indices) == 8 for e in decided if e["outcome"] != "not_improved")
-    prompts = [h["messages"][-1]["content"] for h in reflection_lm.history if "new_instruction" in str(h["messages"])]
+    prompts = reflection_prompts(reflection_lm)
     assert prompts and all(prompt.count('"Feedback"') == 3 for prompt in prompts)  # what the parent was traced on
     assert lm.stats()["calls"]["task"] == result.total_metric_calls <= 500
     assert sum(step.metric_calls for step in result.steps) + len(val) == result.total_metric_calls

@@ -11,6 +11,7 @@ from dspy_pxn.engine.events import StepEvents, StepListener, override
 from dspy_pxn.pools import ThreadWorkerPool
 from dspy_pxn.proposer.reflection import FEEDBACK_KEY, PooledReflection, mutation_rollout_ids
 from dspy_pxn.targets.program.adapter import BatchedAdapter
+from tests.compiling import reflection_prompts
 from tests.conftest import seed_program
 
 REFLECTIVE = {"predict": [{"Inputs": {"question": "Apply rule zorp to 3."}, "Generated Outputs": {"answer": "3"},
@@ -104,11 +105,6 @@ def test_feedback_text_reads_dspy_feedback_and_mlflow_rationales():
     assert feedback_text(dataset, "other") == ""
 
 
-def _reflection_prompts(reflection_lm) -> list[str]:
-    """The user message of each of DSPy's reflection prompts the LM answered (not the sibling merges)."""
-    return [h["messages"][-1]["content"] for h in reflection_lm.history if "new_instruction" in str(h["messages"])]
-
-
 def test_gepas_step_loop_screens_wide_proposals_on_a_quarter_of_val_and_reflection_reads_the_three_lowest():
     """In gepa's step loop the default screens on 8 examples at |val| = 30; each reflection prompt shows 3 of them
     (dspy.GEPA's count), the lowest-scoring: rows the parent already gets right are left out while failures remain.
@@ -124,7 +120,7 @@ def test_gepas_step_loop_screens_wide_proposals_on_a_quarter_of_val_and_reflecti
                               reflection_lm=reflection_lm).compile(sim.seed_program(), trainset=train,
                                                                    valset=val).detailed_results
     assert {(step.minibatch_size, step.p) for step in results.steps} == {(8, 3)}
-    prompts = _reflection_prompts(reflection_lm)
+    prompts = reflection_prompts(reflection_lm)
     assert prompts and all(prompt.count('"Feedback"') == 3 for prompt in prompts)
     # The seed gets few rows right: the three shown are failures, whose feedback names the rule to learn.
     assert all(prompt.count("Rule definition:") == 3 for prompt in prompts[:3])
@@ -142,7 +138,7 @@ def test_a_given_minibatch_is_screened_and_read_whole_at_any_width():
                               reflection_lm=reflection_lm).compile(sim.seed_program(), trainset=train,
                                                                    valset=val).detailed_results
     assert {step.minibatch_size for step in results.steps} == {5}
-    assert all(prompt.count('"Feedback"') == 5 for prompt in _reflection_prompts(reflection_lm))
+    assert all(prompt.count('"Feedback"') == 5 for prompt in reflection_prompts(reflection_lm))
 
 
 def test_reflection_reads_the_lowest_scoring_rows_in_their_order():

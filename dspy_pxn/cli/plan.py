@@ -12,7 +12,7 @@ from dataclasses import replace
 from dspy_pxn.cli.errors import UsageError
 from dspy_pxn.cli.output import duration
 from dspy_pxn.engine.records import STEP_LOG_NAME, StepRecord, read_step_log
-from dspy_pxn.engine.width import REFLECTION_EXAMPLES, auto_width, screening_minibatch
+from dspy_pxn.engine.width import REFLECTION_EXAMPLES, auto_width, rows_reflection_reads, screening_minibatch
 from dspy_pxn.ledger.budget import RunShape
 from dspy_pxn.planning import RuntimeModel, parse_shapes, shapes_for
 from dspy_pxn.planning.measured import measured
@@ -135,8 +135,7 @@ def plan_command(args: argparse.Namespace) -> int:
     shapes = parse_shapes(args.shapes) if args.shapes else shapes_for(shape)
     settings = [(schedule.strip(), parse_selection(selection))
                 for schedule in args.schedules.split(",") for selection in args.selection.split(",")]
-    # Left to the optimizer, a minibatch above one proposal at a time is screened in stages: reflection reads 3 rows.
-    staged = None if args.minibatch_size else REFLECTION_EXAMPLES
+    staged = rows_reflection_reads(args.minibatch_size)  # fewer than m where the minibatch is left to the optimizer
     predictions = [model.predict(p, n, at_width(p * n), selection, schedule, staged)
                    for schedule, selection in settings for p, n in shapes]
     front = model.front(predictions)

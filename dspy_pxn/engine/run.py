@@ -34,7 +34,7 @@ from dspy_pxn.engine.pooled_adapter import PooledAdapter
 from dspy_pxn.engine.records import StepLog, StepRecorder
 from dspy_pxn.engine.target import Target
 from dspy_pxn.engine.tracker import TrackedRun, effective_tracker, quietly, start_tracked_run
-from dspy_pxn.engine.width import AUTO, REFLECTION_EXAMPLES, auto_parents, screening_minibatch
+from dspy_pxn.engine.width import AUTO, REFLECTION_EXAMPLES, auto_parents, rows_reflection_reads, screening_minibatch
 from dspy_pxn.ledger import caps as caps_gate
 from dspy_pxn.ledger import feed, limiter
 from dspy_pxn.ledger.budget import BudgetGuard, RunShape
@@ -98,7 +98,7 @@ class Run:
         checks.writable_dir("log_dir", settings.log_dir)
         reflection_lm = resolve_reflection_lm(settings)
         shape = RunShape(workers, budget, len(valset), m)
-        reflection_examples = settings.reflection_minibatch_size or REFLECTION_EXAMPLES
+        reflection_examples = rows_reflection_reads(settings.reflection_minibatch_size)
         schedule, selection = search_plan(settings, p * settings.n)
         description = describe(settings, p, m, schedule, selection, target, trainset, valset, testset, budget,
                                workers, reflection_lm)

@@ -85,6 +85,13 @@ def starts_validation(running: int, waiting: int) -> bool:
     return running == 0 or waiting >= SECOND_VALIDATION_MIN_IMPROVERS
 
 
+def rows_reflection_reads(given_minibatch: int | None) -> int:
+    """The rows of each screening a parent is traced on and its reflection reads: all of a minibatch the user gave
+    (``reflection_minibatch_size``), else ``REFLECTION_EXAMPLES``; the async schedule screens any further rows of a
+    larger minibatch in a second stage (``schedules.asynchronous``)."""
+    return given_minibatch or REFLECTION_EXAMPLES
+
+
 def screening_minibatch(train_size: int, val_size: int) -> int:
     """The minibatch each proposal is screened on when proposals run side by side and the user left
     ``reflection_minibatch_size`` to the optimizer: a quarter of |val|, within the trainset.
