@@ -429,3 +429,29 @@ def test_a_child_is_screened_on_the_rest_of_its_minibatch_only_after_beating_its
     assert prompts and all(prompt.count('"Feedback"') == 3 for prompt in prompts)  # what the parent was traced on
     assert lm.stats()["calls"]["task"] == result.total_metric_calls <= 500
     assert sum(step.metric_calls for step in result.steps) + len(val) == result.total_metric_calls
+
+
+def test_a_child_that_is_already_another_candidate_is_not_screened():
+    """A child whose text is a candidate in the pool or being validated, other than its own parent, ends its pipeline
+    before its screening (its parent's first stage is all it cost): screening and merging it would spend calls to
+    learn what the pool holds. Where each improvement builds on the last, a pipeline started from a candidate that
+    has since been improved on often rewrites it into that improvement."""
+    seed_text = sim.seed_instruction()
+    better = seed_text + "\n" + "\n".join(rule.definition for rule in sim.task.RULES[:3])
+
+    def proposer(candidate, reflective_dataset, components_to_update):  # the seed into `better`, the rest back
+        return {name: better if candidate[name] == seed_text else seed_text for name in components_to_update}
+
+    heard, lm = Heard(), sim.SimulatedLM()
+    train, val, _ = sim.make_splits(seed=0, train=60, val=30, test=1)
+    result = compile_sim(splits=(train, val), lm=lm, reflection_lm=None, instruction_proposer=proposer, p=3, n=1,
+                         max_metric_calls=300, use_merge=False, gepa_kwargs={"callbacks": [heard]}).results
+    instructions = [next(iter(c.named_predictors()))[1].signature.instructions for c in result.candidates]
+    assert instructions == [seed_text, better]
+    decided = [event for name, event in heard.events if name == "on_proposal_decided"]
+    screened = [e["proposal"] for e in decided if e["proposal"] is not None]
+    known = [e for e in decided if e["reason"] == "the child is a candidate already in the pool or being validated"]
+    assert len(known) >= 10 and all(len(e["minibatch_ids"]) == 3 for e in known)
+    # Screened: only the seed's children, rewritten into `better` before it was known (at most one per pipeline).
+    assert 1 <= len(screened) <= 3 and all(p.parent_program_ids == [0] for p in screened)
+    assert lm.stats()["calls"]["task"] == result.total_metric_calls <= 300

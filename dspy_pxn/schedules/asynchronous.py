@@ -15,6 +15,14 @@ one that passes 16 and is accepted on a steadier signal, so the budget buys abou
 and so as many generations where each improvement builds on the last (measured: ``docs/benchmark-log.md``, "Staged
 screening"). The rows the parent's reflection does not read are reserved with the rest and released when unused.
 
+A child that is already a candidate. A child whose text is a candidate in the pool or being validated, other than its
+own parent, is not screened: its pipeline ends after its parent's first stage (gepa's proposer skips a child with no
+new text for the same reason). Where each improvement builds on the last, a pipeline started from a candidate that
+has since been improved on often rewrites it into that very improvement; screening, queueing and merging it spent
+16 calls and a merge call to learn what the pool holds. A child identical to its parent is screened, as dspy.GEPA's
+loop screens it: skipping those too buys more tries with the calls, and so more reflection calls (measured:
+``docs/benchmark-log.md``, "A child already in the pool").
+
 Parents. A pipeline started while a validation is in flight takes that validation's candidate as its parent
 (``_Pending``), as dspy.GEPA's next step builds on the candidate it has just validated: it already beat its own
 parent on screening, and validated candidates always join the pool. Its improving children wait for it to join
@@ -257,8 +265,11 @@ class AsyncSchedule:
                 return self._no_child(task, reservation, before.scores, f"the reflection proposed nothing: {error}")
             if not self.guard.can_still_validate(self.state):
                 return self._no_child(task, reservation, before.scores, "no budget left to validate its child")
+            child = {**task.parent_candidate, **reflected.new_texts}
+            if child != task.parent_candidate and self._known(child):
+                return self._no_child(task, reservation, before.scores, "the child is a candidate already in the "
+                                      "pool or being validated")
             self.guard.commit(reservation)  # its child's screening is spent from here on
-        child = {**task.parent_candidate, **reflected.new_texts}
         after = adapter.evaluate(first, child, capture_traces=False, phase="screening")
         replies = {f"raw_lm_output:{name}": text for name, text in reflected.raw_lm_outputs.items()}
         proposal = CandidateProposal(
@@ -283,6 +294,14 @@ class AsyncSchedule:
             self.live.events.children_screened(1, int(improved))
             self.guard.close(reservation)
         return _Screened(proposal, improved, pending)
+
+    def _known(self, candidate: dict[str, str]) -> bool:
+        """Whether ``candidate`` is in the pool or being validated (caller holds ``lock``). Where each improvement
+        builds on the last, a pipeline started from a candidate that has since been improved on often rewrites it
+        into what the pool already holds; screening that child, and merging it, would spend calls to learn what
+        the pool knows."""
+        return candidate in self.state.program_candidates or any(
+            candidate == pending.candidate for pending in self.pending.values())
 
     def _queue(self, screened: _Screened, queued: list[CandidateProposal]) -> None:
         """An improving child queues for validation once its parent is in the pool (with its index as parent)."""
