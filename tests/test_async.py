@@ -452,6 +452,6 @@ def test_a_child_that_is_already_another_candidate_is_not_screened():
     screened = [e["proposal"] for e in decided if e["proposal"] is not None]
     known = [e for e in decided if e["reason"] == "the child is a candidate already in the pool or being validated"]
     assert len(known) >= 10 and all(len(e["minibatch_ids"]) == 3 for e in known)
-    # Screened: only the seed's children, rewritten into `better` before it was known (at most one per pipeline).
-    assert 1 <= len(screened) <= 3 and all(p.parent_program_ids == [0] for p in screened)
+    # Screened: only the seed's children rewritten into `better` before it was known; none of `better`'s.
+    assert screened and all(p.parent_program_ids == [0] and set(p.candidate.values()) == {better} for p in screened)
     assert lm.stats()["calls"]["task"] == result.total_metric_calls <= 300

@@ -296,10 +296,8 @@ class AsyncSchedule:
         return _Screened(proposal, improved, pending)
 
     def _known(self, candidate: dict[str, str]) -> bool:
-        """Whether ``candidate`` is in the pool or being validated (caller holds ``lock``). Where each improvement
-        builds on the last, a pipeline started from a candidate that has since been improved on often rewrites it
-        into what the pool already holds; screening that child, and merging it, would spend calls to learn what
-        the pool knows."""
+        """Whether ``candidate`` is in the pool or being validated (caller holds ``lock``): a child that is, other
+        than its own parent, is not screened (the module docstring: "A child that is already a candidate")."""
         return candidate in self.state.program_candidates or any(
             candidate == pending.candidate for pending in self.pending.values())
 
