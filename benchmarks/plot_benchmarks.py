@@ -254,6 +254,8 @@ def headlines() -> dict[str, str]:
         figures["class swap w64 speedup"] = span(c.speedup for c in wide_swap.values()) + "×"
         figures["class swap w64 held-out vs dspy.GEPA"] = signed_span(c.vs_baseline for c in wide_independent.values())
         figures["class swap w64 held-out pooled"] = pooled(wide_independent)
+        figures["class swap w64 held-out chain"] = ", ".join(
+            signed(c.vs_baseline, 3) for name, c in wide_swap.items() if name.startswith("chain"))
         for what, read in BILL.items():
             figures[f"class swap w64 {what} ×"] = span((bill_ratio([CLASS_SWAP_W64], CLASS_SWAP_CONFIG, name, read)
                                                         for name in wide_swap), 2) + "×"

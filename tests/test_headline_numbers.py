@@ -56,6 +56,7 @@ QUOTED = {
     "class swap w64 speedup": (["README.md", "docs/index.md", "docs/benchmarks.md"], "class_swap_w64_bill.json"),
     "class swap w64 held-out pooled": (["README.md", "docs/index.md", "docs/benchmarks.md"], "class_swap_w64_bill.json"),
     "class swap w64 dollars ×": (["README.md", "docs/index.md", "docs/benchmarks.md"], "class_swap_w64_bill.json"),
+    "class swap w64 held-out chain": (["README.md", "docs/index.md", "docs/benchmarks.md"], "class_swap_w64_bill.json"),
     "mlflow prompts speedup": (MLFLOW_PAGES, "mlflow_prompts_bill_"),
     "mlflow prompts dollars ×": (MLFLOW_PAGES, "mlflow_prompts_bill_"),
     "mlflow prompts final vs MLflow's, chain": (MLFLOW_PAGES, "mlflow_prompts_bill_"),
