@@ -17,8 +17,10 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 TEST_FILES = ("tests/teleprompt/test_gepa.py", "tests/teleprompt/test_gepa_instruction_proposer.py",
@@ -27,13 +29,21 @@ OUTCOME = re.compile(r"^(PASSED|FAILED|ERROR) (tests/\S+::\S+)", re.MULTILINE)  
 
 
 def outcomes(checkout: Path, swapped: bool) -> dict[str, str]:
-    """Each test's outcome, from one pytest run in the checkout (its conftest, its data files)."""
+    """Each test's outcome, from one pytest run of the checkout's tests (its conftest, its data files).
+
+    They run from a copy of ``tests/`` (and ``pyproject.toml``, its pytest settings) in a directory of their own:
+    in the checkout, pytest would put the checkout's root on ``sys.path`` (``tests/`` is a package) and the tests
+    would import the checkout's ``dspy/`` instead of the installed DSPy."""
     files = [name for name in TEST_FILES if (checkout / name).exists()]
     env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True",
-               PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+               PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")])))
     plugin = ["-p", "swap_dspy_gepa"] if swapped else []
-    run = subprocess.run([sys.executable, "-m", "pytest", "-rA", "-q", "-p", "no:cacheprovider", *plugin, *files],
-                         cwd=checkout, env=env, capture_output=True, text=True, check=False)
+    with tempfile.TemporaryDirectory(prefix="dspy-gepa-tests-") as copy:
+        shutil.copytree(checkout / "tests", Path(copy) / "tests")
+        if (checkout / "pyproject.toml").exists():
+            shutil.copy(checkout / "pyproject.toml", copy)
+        run = subprocess.run([sys.executable, "-m", "pytest", "-rA", "-q", "-p", "no:cacheprovider", *plugin, *files],
+                             cwd=copy, env=env, capture_output=True, text=True, check=False)
     return {test: outcome for outcome, test in OUTCOME.findall(run.stdout)}
 
 
