@@ -230,6 +230,7 @@ def test_a_run_compiled_inside_the_callers_mlflow_run_nests_under_it(tmp_path, d
 
 
 # ----------------------------------------------------------------------------- the embedded default
+@pytest.mark.slow  # starts a real `mlflow ui` server
 def test_without_a_uri_runs_go_to_the_local_store_that_the_browse_hint_opens(tmp_path, default_mlflow_uri,
                                                                              monkeypatch):
     from dspy_pxn.cli.output import MLFLOW_UI, browse_hint
