@@ -3,14 +3,13 @@ installed DSPy (never the checkout's ``dspy/``), once as written and once with t
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_dspy_gepa_suite.py"
+from tests.scripts import ROOT, load_script
+
+BENCH = ROOT / "benchmarks" / "bench_dspy_gepa_suite.py"
 
 # A test file at one of the suite's paths: which DSPy it imported, and which GEPA class it sees.
 PROBE = '''
@@ -24,14 +23,6 @@ def test_gepa_is_dspys():
 '''
 
 
-def load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_dspy_gepa_suite", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.slow
 def test_a_checkouts_tests_run_against_the_installed_dspy_with_and_without_the_swap(tmp_path: Path) -> None:
     checkout = tmp_path / "dspy-checkout"
@@ -41,7 +32,7 @@ def test_a_checkouts_tests_run_against_the_installed_dspy_with_and_without_the_s
     (checkout / "tests" / "__init__.py").write_text("")  # a package: pytest would put the checkout root on sys.path
     (checkout / "tests" / "teleprompt" / "__init__.py").write_text("")
     (checkout / "tests" / "teleprompt" / "test_gepa.py").write_text(PROBE.format(checkout=checkout))
-    bench = load_bench()
+    bench = load_script(BENCH)
 
     original, swapped = bench.outcomes(checkout, swapped=False), bench.outcomes(checkout, swapped=True)
 

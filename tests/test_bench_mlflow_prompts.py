@@ -3,13 +3,14 @@ server (zero latency), predict_fn calls counted, reflection calls seen by the se
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from tests.scripts import load_script
 
 pytest.importorskip("mlflow")
 
@@ -23,11 +24,7 @@ def load_bench() -> ModuleType:
     """The script as a module, its siblings importable as when it is run (``python benchmarks/...``)."""
     if str(BENCH.parent) not in sys.path:
         sys.path.insert(0, str(BENCH.parent))
-    spec = importlib.util.spec_from_file_location("bench_mlflow_prompts", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCH)
 
 
 @pytest.mark.parametrize("tracing", [True, False], ids=["tracing", "no-tracing"])

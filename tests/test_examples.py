@@ -7,7 +7,6 @@ the test runs exactly the code a user copies, only pointed at a local OpenAI-com
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import sys
 from pathlib import Path
@@ -15,16 +14,14 @@ from types import ModuleType
 
 import pytest
 
+from tests.scripts import load_script
 from tests.test_programs_helpers import require_data
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def load_example(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(EXAMPLES / f"{name}.py", f"example_{name}")
 
 
 @pytest.fixture(scope="module")

@@ -8,25 +8,13 @@ front pages. A rerun benchmark whose JSON moves a figure fails this test until t
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.scripts import ROOT, load_script
 
-
-def _load_plotter():
-    spec = importlib.util.spec_from_file_location("plot_benchmarks", ROOT / "benchmarks" / "plot_benchmarks.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
-plotter = _load_plotter()
+plotter = load_script(ROOT / "benchmarks" / "plot_benchmarks.py")
 FIGURES = plotter.headlines()
 PAGES = {name: (ROOT / name).read_text() for name in (
     "README.md", "docs/index.md", "docs/benchmarks.md", "docs/benchmark-log.md", "docs/guides/planning.md",
