@@ -155,3 +155,29 @@ def test_usage_a_program_tracks_itself_is_billed_to_the_run_and_not_called_unhel
     assert not any("does not hold" in r.getMessage() for r in caplog.records)
     # An enclosing dspy.track_usage() hears the run's usage, as it does under dspy.GEPA.
     assert sum(len(entries) for entries in outer.usage_data.values()) >= result.usage.lm_calls
+
+
+def test_under_a_cap_a_call_whose_slot_was_released_is_not_in_flight_beside_the_next():
+    """DSPy tells a call's end to the context's callbacks (the cap) before the LM's own (the ledger's feed): the next
+    call may take the slot, and start, before the ledger hears the first end. The peak counts calls running at once,
+    as the provider sees them: never more than the cap."""
+    from dspy_pxn.ledger.limiter import LMCallLimiter, installed
+
+    limiter, ledger = LMCallLimiter(1), RunLedger()
+    with installed(limiter):
+        context = contextvars.copy_context()
+        for call_id in ("a", "b"):  # as DSPy orders the callbacks: the cap's, then the ledger's
+            context.run(limiter.on_lm_start, call_id, None, {})
+            context.run(ledger.call_started, call_id, "openai/sim")
+            context.run(limiter.on_lm_end, call_id, None)  # the slot is free: the next call starts...
+        context.run(ledger.call_ended, "a", None)  # ...before the ledger hears the first one end
+        context.run(ledger.call_ended, "b", None)
+    counts = ledger.tally().counts
+    assert counts.calls == 2 and counts.peak_in_flight == 1
+    # Without a cap, the calls the ledger has heard start and not end are the ones in flight.
+    uncapped = RunLedger()
+    for call_id in ("a", "b"):
+        uncapped.call_started(call_id, "openai/sim")
+    for call_id in ("a", "b"):
+        uncapped.call_ended(call_id, None)
+    assert uncapped.tally().counts.peak_in_flight == 2

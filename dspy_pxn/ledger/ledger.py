@@ -25,6 +25,7 @@ import dspy
 from dspy.utils.usage_tracker import UsageTracker
 
 from dspy_pxn.engine.events import Phase, StepListener, override
+from dspy_pxn.ledger.limiter import active_limiters
 from dspy_pxn.ledger.prices import Price, billed_tokens, token_prices
 
 logger = logging.getLogger(__name__)
@@ -243,8 +244,16 @@ class RunLedger(BilledTracker, StepListener):
                 self._tally = replace(self._tally, abandoned=self._tally.abandoned + 1)
             else:
                 self._open[call_id] = call
-                self._tally = replace(self._tally, peak_in_flight=max(self._tally.peak_in_flight, len(self._open)))
+                self._tally = replace(self._tally, peak_in_flight=max(self._tally.peak_in_flight, self._running()))
         _IN_PROGRESS.set((*_IN_PROGRESS.get(), (self, call)))
+
+    def _running(self) -> int:
+        """The calls open now (caller holds ``_lock``); under a cap on concurrent calls, those holding a slot: one
+        whose slot was released has ended at the provider, though its end reaches the ledger a moment later."""
+        limiters = active_limiters()
+        if not limiters:
+            return len(self._open)
+        return sum(any(limiter.holds(call_id) for limiter in limiters) for call_id in self._open)
 
     def call_ended(self, call_id: str, exception: BaseException | None) -> None:
         _IN_PROGRESS.set(tuple(entry for entry in _IN_PROGRESS.get()
