@@ -27,6 +27,7 @@ from gepa.strategies.proposal_sampling import PxNSampling
 from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
 from dspy_pxn.testing import LatencyServer
+from dspy_pxn.testing.bill import PRICE_PAIR, dollars, from_server
 
 
 @dataclass
@@ -40,6 +41,9 @@ class Row:
     candidates: int
     val: float
     test: float
+    reflection_calls: int
+    reflection_tokens_in: int
+    usd: float  # the run's calls at the stated price pair (dspy_pxn.testing.bill)
 
 
 def make_optimizer(config: str, server: LatencyServer, args) -> dspy.Teleprompter:
@@ -87,10 +91,12 @@ def main() -> None:
         server.warm_up()
         for config in args.configs.split(","):
             optimizer = make_optimizer(config, server, args)
+            server.reset_stats()
             with dspy.context(lm=server.lm("task")):
                 start = time.perf_counter()
                 best = optimizer.compile(sim.seed_program(), trainset=train, valset=val)
                 wall = time.perf_counter() - start
+                bill = from_server(server.stats())  # the compile's calls, before the held-out scoring's
                 score = test_score(best, test, args.workers)
             results = best.detailed_results
             baseline = rows[0].wall_s if rows else wall
@@ -99,16 +105,20 @@ def main() -> None:
                 metric_calls=results.total_metric_calls, budget=args.budget,
                 candidates=len(results.candidates),
                 val=round(max(results.val_aggregate_scores), 3), test=round(score, 3),
+                reflection_calls=bill["reflection"]["calls"], reflection_tokens_in=bill["reflection"]["prompt"],
+                usd=round(dollars(bill), 4),
             ))
             print(f"{config}: {rows[-1]}", flush=True)
 
     print(f"\nfloor B*T_e/W = {args.budget}*{args.task_latency}/{args.workers} = {floor:.2f} s; "
-          f"speedup is vs {rows[0].config}\n")
-    print("| config | wall s | x floor | speedup | metric calls / B | candidates | best val | test |")
-    print("|---|---|---|---|---|---|---|---|")
+          f"speedup is vs {rows[0].config}; the bill counted at the server, dollars at {PRICE_PAIR['task']} (task) "
+          f"and {PRICE_PAIR['reflection']} (reflection)\n")
+    print("| config | wall s | x floor | speedup | metric calls / B | candidates | best val | test "
+          "| reflection calls | reflection tokens in | $ |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r.config} | {r.wall_s} | {r.x_floor} | {r.speedup} | {r.metric_calls} / {r.budget} "
-              f"| {r.candidates} | {r.val} | {r.test} |")
+              f"| {r.candidates} | {r.val} | {r.test} | {r.reflection_calls} | {r.reflection_tokens_in} | {r.usd:.4f} |")
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as handle:
         json.dump({"args": vars(args), "floor_s": floor, "rows": [asdict(r) for r in rows]}, handle, indent=2)

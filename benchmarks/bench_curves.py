@@ -1,4 +1,4 @@
-"""Best validation score so far against wall-clock: dspy.GEPA 1×1 and the default BatchedGEPA, side by side.
+"""Best validation score so far against wall-clock: dspy.GEPA 1×1 and BatchedGEPA p=4, n=4, side by side.
 
 The regime of ``bench_schedules.py`` (W 16, B 600, |val| 30, the simulated LM in this process with
 its call times slept, task call 0.5 s and reflection 2 s before ``--scale``), both landscapes, fixed
@@ -25,6 +25,7 @@ from bench_schedules import regime_parser  # benchmarks/ is the script's own dir
 
 from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
+from dspy_pxn.testing.bill import PRICE_PAIR, dollars
 
 CONFIGS = ("dspy.GEPA 1x1", "async 4x4 merge")
 
@@ -56,10 +57,13 @@ def run_one(config: str, args, landscape: str, seed: int) -> dict:
         clock.start = time.perf_counter()
         best = teleprompter.compile(sim.seed_program(), trainset=train, valset=val)
         wall = time.perf_counter() - clock.start
+    bill = {role: {"calls": lm.call_stats.snapshot()["calls"]["total"], **lm.call_stats.snapshot()["tokens"]}
+            for role, lm in (("task", task_lm), ("reflection", reflection_lm))}
     with dspy.context(lm=sim.SimulatedLM(landscape=landscape)):
         test_score = dspy.Evaluate(devset=test, metric=sim.score, num_threads=16, display_progress=False)(best).score / 100
     return {"config": config, "landscape": landscape, "seed": seed, "wall_s": wall,
-            "metric_calls": best.detailed_results.total_metric_calls, "test": test_score, "validations": clock.points}
+            "metric_calls": best.detailed_results.total_metric_calls, "test": test_score, "validations": clock.points,
+            "bill": bill, "usd": dollars(bill)}
 
 
 def main() -> None:
@@ -73,7 +77,9 @@ def main() -> None:
     for run in runs:
         print(f"{run['landscape']:8s} seed {run['seed']} {run['config']:16s} wall {run['wall_s']:6.1f} s, "
               f"{len(run['validations'])} validations, best val {max(v for _, v in run['validations']):.3f}, "
-              f"held-out {run['test']:.3f}")
+              f"held-out {run['test']:.3f}, reflection calls {run['bill']['reflection']['calls']}, "
+              f"reflection tokens in {run['bill']['reflection']['prompt']}, ${run['usd']:.4f}")
+    print(f"(dollars at {PRICE_PAIR['task']} for the task and {PRICE_PAIR['reflection']} for reflection)")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"args": vars(args), "runs": runs}, indent=1))
 

@@ -321,16 +321,17 @@ def table_class_swap(config: str = CLASS_SWAP_CONFIG, files: tuple[str, ...] = (
 
 def table_settings() -> str:
     """Each setting a user may choose against dspy.GEPA, per landscape (fixed call times): speed, held-out, the bill."""
-    lines = ["| landscape | setting | × sooner | held-out − dspy.GEPA's (se) | reflection calls × | $ × |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| landscape | setting | × sooner | held-out − dspy.GEPA's (se) | reflection calls × | reflection tokens in × | $ × |",
+             "|---|---|---|---|---|---|---|"]
     for landscape in ("depth", "breadth", "chain"):
         name = f"{landscape}/fixed"
         for config, label, source in SETTINGS_TRIED:
             if not (RESULTS / source).exists() or not rows([source], config, name):
                 continue
             c = cell([source], config, [CLASS_SWAP], name, CLASS_SWAP_BASELINE)
-            calls, usd = (bill_ratio([source], config, name, BILL[k], [CLASS_SWAP]) for k in ("reflection calls", "dollars"))
-            lines.append(f"| {landscape} | {label} | {c.speedup:.2f}× | {difference_text(c)} | {calls:.2f}× | {usd:.2f}× |")
+            calls, tokens_in, usd = (bill_ratio([source], config, name, read, [CLASS_SWAP]) for read in BILL.values())
+            lines.append(f"| {landscape} | {label} | {c.speedup:.2f}× | {difference_text(c)} | {calls:.2f}× "
+                         f"| {tokens_in:.2f}× | {usd:.2f}× |")
     return "\n".join(lines)
 
 
@@ -343,8 +344,9 @@ def table_mlflow() -> str:
     """Each MLflow setting, and each setting of ours measured beside it: speed, final and held-out scores paired by
     seed, the bill, and predict_fn calls."""
     lines = ["| setting | seeds | × sooner (per seed) | final: MLflow's → ours (− MLflow's, se) "
-             "| held-out − MLflow's (se) | reflection calls: MLflow's → ours | $ × | predict_fn calls of 300: MLflow's / ours |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| held-out − MLflow's (se) | reflection calls: MLflow's → ours | reflection tokens in × | $ × "
+             "| predict_fn calls of 300: MLflow's / ours |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for setting, name in MLFLOW_BILL.items():
         results = load(name)
         for c in results["compared"]:
@@ -362,7 +364,8 @@ def table_mlflow() -> str:
             label = setting if ours == MLFLOW_OURS else f"{setting}, `{ours.removeprefix(MLFLOW_OURS)}`"
             lines.append(f"| {label} | {c['seeds']} | {c['speedup']:.2f}× ({low:.2f}-{high:.2f}) "
                          f"| {finals[0]:.3f} → {finals[1]:.3f} ({difference}) | {signed(held[0], 3)} ({held[1]:.3f}) "
-                         f"| {reflections[0]:.1f} → {reflections[1]:.1f} | {c['usd']:.2f}× | {calls[0]} / {calls[1]} |")
+                         f"| {reflections[0]:.1f} → {reflections[1]:.1f} | {c['reflection_in']:.2f}× | {c['usd']:.2f}× "
+                         f"| {calls[0]} / {calls[1]} |")
     return "\n".join(lines)
 
 
