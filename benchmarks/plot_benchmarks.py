@@ -343,9 +343,9 @@ def mlflow_compared(name: str) -> dict:
 def table_mlflow() -> str:
     """Each MLflow setting, and each setting of ours measured beside it: speed, final and held-out scores paired by
     seed, the bill, and predict_fn calls."""
-    lines = ["| setting | seeds | × sooner (per seed) | final: MLflow's → ours (− MLflow's, se) "
+    lines = [("| setting | seeds | × sooner (per seed) | final: MLflow's → ours (− MLflow's, se) "
              "| held-out − MLflow's (se) | reflection calls: MLflow's → ours | reflection tokens in × | $ × "
-             "| predict_fn calls of 300: MLflow's / ours |",
+             "| predict_fn calls of 300: MLflow's / ours |"),
              "|---|---|---|---|---|---|---|---|---|"]
     for setting, name in MLFLOW_BILL.items():
         results = load(name)
