@@ -58,6 +58,7 @@ from dspy_pxn.ledger.prices import token_prices, use_bundled_price_maps
 from dspy_pxn.planning import RuntimeModel
 from dspy_pxn.planning.spread import batch_seconds, mean_factor, sigma_of, slowest_factor
 from dspy_pxn.testing.bill import PRICE_PAIR, dollars, from_server
+from dspy_pxn.testing.landscape import Landscape, resolve_landscape
 
 # A dspy.GEPA call with only the class name changed runs BatchedGEPA's defaults: at W = 16, B = 600 and
 # |val| = 30, p="auto" comes to 3 proposals in flight, each screened on 8 examples, async, with the sibling merge
@@ -99,11 +100,19 @@ DEFAULT_CONFIGS = (
 )
 
 
+def landscape_of(args, name: str) -> Landscape:
+    """A preset landscape by name, or one defined on the command line (``--landscape NAME=JSON``)."""
+    defined = dict(item.split("=", 1) for item in getattr(args, "landscape", None) or [])
+    if name not in defined:
+        return resolve_landscape(name)
+    return resolve_landscape(json.dumps({"name": name, **json.loads(defined[name])}))
+
+
 def lm(args, landscape: str, latency: str, seed: int, kind: str) -> sim.SimulatedLM:
     task_s = args.task_latency * args.scale
     return sim.SimulatedLM(
         f"openai/sim-{kind}", task_latency=task_s, reflection_latency=args.reflection_ratio * task_s, latency=latency,
-        seed=seed * 2 + (kind == "reflection"), landscape=landscape,
+        seed=seed * 2 + (kind == "reflection"), landscape=landscape_of(args, landscape),
     )
 
 
@@ -204,7 +213,7 @@ def task_and_reflection_lms(args, landscape: str, latency: str, seed: int
         return
     task_s = args.task_latency * args.scale
     with sim.LatencyServer(task_latency=task_s, reflection_latency=args.reflection_ratio * task_s,
-                           landscape=landscape, latency=latency, seed=seed) as server:
+                           landscape=landscape_of(args, landscape), latency=latency, seed=seed) as server:
         server.warm_up()  # the engine's one-time start-up is not billed to the run
         server.reset_stats()
         yield server.lm("task"), server.lm("reflection"), lambda: from_server(server.stats())
@@ -225,7 +234,7 @@ def run_one(config: str, args, landscape: str, latency: str, seed: int) -> dict:
     results = best.detailed_results
     depths = lineage_depths(results.parents)
     # Held-out on an instant LM of the same landscape: the score, not its latency, is measured.
-    with dspy.context(lm=sim.SimulatedLM(landscape=landscape)):
+    with dspy.context(lm=sim.SimulatedLM(landscape=landscape_of(args, landscape))):
         test_score = dspy.Evaluate(devset=test, metric=sim.score, num_threads=16, display_progress=False)(best).score / 100
     return {"config": config, "seed": seed, "wall_s": wall, "metric_calls": results.total_metric_calls,
             "candidates": len(results.candidates), "best_val": max(results.val_aggregate_scores), "test": test_score,
@@ -359,6 +368,9 @@ def regime_parser(doc: str, scale: float) -> argparse.ArgumentParser:
     parser.add_argument("--test", type=int, default=100)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--landscapes", default="depth,breadth")
+    parser.add_argument("--landscape", action="append", metavar="NAME=JSON",
+                        help="define a landscape for --landscapes: its dspy_pxn.testing.Landscape fields as JSON, "
+                             "e.g. 'noisy-chain={\"chain\": true, \"capacity\": 12, \"slip_rate\": 0.1}' (repeatable)")
     return parser
 
 
