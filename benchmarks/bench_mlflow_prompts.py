@@ -472,7 +472,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--test", type=int, default=100, help="held-out questions (instant, in process)")
     parser.add_argument("--task-latency", type=float, default=0.2, help="seconds per task LM call (one per predict_fn)")
     parser.add_argument("--reflection-latency", type=float, default=0.8, help="seconds per reflection call")
-    parser.add_argument("--landscape", default="depth", help="the simulated model's character: depth | breadth | chain")
+    parser.add_argument("--landscape", default="depth",
+                        help="the simulated model's character: depth | breadth | chain, or a dspy_pxn.testing.Landscape's "
+                             "fields as JSON (with a \"name\")")
     parser.add_argument("--no-tracing", action="store_true", help="mlflow.tracing.disable() for the run")
     parser.add_argument("--store", choices=["sqlite", "server"], default="sqlite",
                         help="where runs and traces go: a sqlite file, or that file behind `mlflow server` (HTTP)")

@@ -42,6 +42,9 @@ SWAP_CELLS = (*("depth/fixed", "depth/lognormal", "breadth/fixed", "breadth/logn
 INDEPENDENT = SWAP_CELLS[:4]
 # The class swap on a wide pool: W = 64, B = 3000, |val| = 150, 5 seeds.
 CLASS_SWAP_W64 = "class_swap_w64_bill.json"
+# The class swap on three landscapes the defaults were not chosen on (bench_schedules.py --landscape), both
+# optimizers side by side, W = 16, B = 600, 10 seeds.
+CLASS_SWAP_UNSEEN = "class_swap_unseen.json"
 # The class swap with fewer proposals in flight than p="auto" chooses (fixed call times), beside the default.
 NARROWER = "class_swap_narrower.json"
 # What a user may set instead of the defaults, each against dspy.GEPA on the same seeds (fixed call times): a config
@@ -147,14 +150,17 @@ def w16(config: str) -> dict[str, Cell]:
 
 def class_swap(config: str = CLASS_SWAP_CONFIG, files: tuple[str, ...] = (CLASS_SWAP_DEFAULT,)) -> dict[str, Cell]:
     """BatchedGEPA's defaults (or ``config``) against dspy.GEPA's, the same call with only the class name changed."""
-    present = [name for name in SWAP_CELLS if rows(list(files), config, name)]
+    named = [*SWAP_CELLS, *(name for name in load(files[0])["tables"] if name not in SWAP_CELLS)]
+    present = [name for name in named if rows(list(files), config, name)]
     return {name: cell(list(files), config, [swap_baseline(files)], name, CLASS_SWAP_BASELINE) for name in present}
 
 
 def swap_baseline(files: tuple[str, ...]) -> str:
-    """Where dspy.GEPA's runs for a class-swap results file are: in the W = 64 file for that file, else the W = 16 one
-    (the equal-dollar runs were measured against the W = 16 file's dspy.GEPA runs)."""
-    return CLASS_SWAP_W64 if files[0] == CLASS_SWAP_W64 else CLASS_SWAP
+    """Where dspy.GEPA's runs for a class-swap results file are: in the file, where it ran both optimizers side by
+    side, else the W = 16 comparison's (the defaults' and the equal-dollar runs were measured against those)."""
+    has_its_own = any(row["config"] == CLASS_SWAP_BASELINE
+                      for table in load(files[0])["tables"].values() for row in table["rows"])
+    return files[0] if has_its_own else CLASS_SWAP
 
 
 def bill_ratio(files: list[str], config: str, name: str, read, baseline_files: list[str] | None = None) -> float:
@@ -259,6 +265,14 @@ def headlines() -> dict[str, str]:
         for what, read in BILL.items():
             figures[f"class swap w64 {what} ×"] = span((bill_ratio([CLASS_SWAP_W64], CLASS_SWAP_CONFIG, name, read)
                                                         for name in wide_swap), 2) + "×"
+    if (RESULTS / CLASS_SWAP_UNSEEN).exists():
+        unseen = class_swap(files=(CLASS_SWAP_UNSEEN,))
+        figures["class swap unseen speedup"] = span(c.speedup for c in unseen.values()) + "×"
+        figures["class swap unseen held-out vs dspy.GEPA"] = signed_span(c.vs_baseline for c in unseen.values())
+        figures["class swap unseen held-out pooled"] = pooled(unseen)
+        for what, read in BILL.items():
+            figures[f"class swap unseen {what} ×"] = span((bill_ratio([CLASS_SWAP_UNSEEN], CLASS_SWAP_CONFIG, name, read)
+                                                           for name in unseen), 2) + "×"
     if all((RESULTS / name).exists() for name in MLFLOW_BILL.values()):
         untraced = [mlflow_compared(name) for name in MLFLOW_UNTRACED]
         figures["mlflow prompts speedup"] = span(c["speedup"] for c in untraced) + "×"
@@ -592,6 +606,8 @@ def tables() -> dict[str, str]:
              "TABLE_W16": table_w16(), "TABLE_WIDTH": table_width()}
     if (RESULTS / CLASS_SWAP_W64).exists():
         found["TABLE_W64"] = table_class_swap(files=(CLASS_SWAP_W64,))
+    if (RESULTS / CLASS_SWAP_UNSEEN).exists():
+        found["TABLE_UNSEEN"] = table_class_swap(files=(CLASS_SWAP_UNSEEN,))
     if all((RESULTS / name).exists() for name in MLFLOW_BILL.values()):
         found["TABLE_MLFLOW"] = table_mlflow()
     return found

@@ -45,6 +45,12 @@ QUOTED = {
     "class swap w64 held-out pooled": (["README.md", "docs/index.md", "docs/benchmarks.md"], "class_swap_w64_bill.json"),
     "class swap w64 dollars ×": (["README.md", "docs/index.md", "docs/benchmarks.md"], "class_swap_w64_bill.json"),
     "class swap w64 held-out chain": (["README.md", "docs/index.md", "docs/benchmarks.md"], "class_swap_w64_bill.json"),
+    "class swap unseen speedup": (["docs/benchmarks.md", "docs/benchmark-log.md"], "class_swap_unseen.json"),
+    "class swap unseen held-out pooled": (["docs/benchmarks.md", "docs/benchmark-log.md"], "class_swap_unseen.json"),
+    "class swap unseen held-out vs dspy.GEPA": (["docs/benchmarks.md", "docs/benchmark-log.md"],
+                                                "class_swap_unseen.json"),
+    "class swap unseen reflection calls ×": (["docs/benchmarks.md", "docs/benchmark-log.md"], "class_swap_unseen.json"),
+    "class swap unseen dollars ×": (["docs/benchmarks.md", "docs/benchmark-log.md"], "class_swap_unseen.json"),
     "mlflow prompts speedup": (MLFLOW_PAGES, "mlflow_prompts_bill_"),
     "mlflow prompts dollars ×": (MLFLOW_PAGES, "mlflow_prompts_bill_"),
     "mlflow prompts final vs MLflow's, chain": (MLFLOW_PAGES, "mlflow_prompts_bill_"),
@@ -109,7 +115,7 @@ def test_the_front_pages_quote_no_speedup_range_the_results_do_not_give():
 def test_the_benchmarks_pages_tables_are_computed_from_the_results():
     benchmarks = PAGES["docs/benchmarks.md"]
     for name, table in plotter.tables().items():
-        where = "docs/benchmark-log.md" if name in ("TABLE_W16", "TABLE_WIDTH") else "docs/benchmarks.md"
+        where = "docs/benchmark-log.md" if name in ("TABLE_W16", "TABLE_WIDTH", "TABLE_UNSEEN") else "docs/benchmarks.md"
         assert table in PAGES[where], f"{where} should print {name} as plot_benchmarks.py computes it"
 
 
