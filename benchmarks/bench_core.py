@@ -48,7 +48,7 @@ class Row:
 
 def make_optimizer(config: str, server: LatencyServer, args) -> dspy.Teleprompter:
     common = {"metric": sim.metric, "max_metric_calls": args.budget, "reflection_lm": server.lm("reflection"),
-                  "num_threads": args.workers, "use_merge": False, "seed": args.seed}
+              "num_threads": args.workers, "use_merge": False, "seed": args.seed}
     if config == "dspy.GEPA 1x1":
         return dspy.GEPA(**common, track_stats=True)
     if config.startswith("dspy.GEPA+PxNSampling"):

@@ -21,11 +21,11 @@ from pathlib import Path
 os.environ.setdefault("TQDM_DISABLE", "1")  # gepa's and DSPy's progress bars, read when tqdm is imported
 
 import dspy
-from bench_schedules import regime_parser  # benchmarks/ is the script's own directory
+from bench_schedules import landscape_of, regime_parser  # benchmarks/ is the script's own directory
 
 from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
-from dspy_pxn.testing.bill import PRICE_PAIR, dollars
+from dspy_pxn.testing.bill import PRICE_PAIR, dollars, from_simulated
 
 CONFIGS = ("dspy.GEPA 1x1", "async 4x4 merge")
 
@@ -45,7 +45,8 @@ def run_one(config: str, args, landscape: str, seed: int) -> dict:
     train, val, test = sim.make_splits(seed=seed, train=args.train, val=args.val, test=args.test)
     task_s = args.task_latency * args.scale
     task_lm, reflection_lm = (sim.SimulatedLM(task_latency=task_s, reflection_latency=4 * task_s, latency="fixed",
-                                              seed=seed * 2 + kind, landscape=landscape) for kind in (0, 1))
+                                              seed=seed * 2 + kind, landscape=landscape_of(args, landscape))
+                               for kind in (0, 1))
     clock = ValidationClock()
     common = {"metric": sim.metric, "max_metric_calls": args.budget, "reflection_lm": reflection_lm,
               "num_threads": args.workers, "use_merge": False, "seed": seed}
@@ -57,9 +58,8 @@ def run_one(config: str, args, landscape: str, seed: int) -> dict:
         clock.start = time.perf_counter()
         best = teleprompter.compile(sim.seed_program(), trainset=train, valset=val)
         wall = time.perf_counter() - clock.start
-    bill = {role: {"calls": lm.call_stats.snapshot()["calls"]["total"], **lm.call_stats.snapshot()["tokens"]}
-            for role, lm in (("task", task_lm), ("reflection", reflection_lm))}
-    with dspy.context(lm=sim.SimulatedLM(landscape=landscape)):
+    bill = from_simulated(task_lm, reflection_lm)
+    with dspy.context(lm=sim.SimulatedLM(landscape=landscape_of(args, landscape))):
         test_score = dspy.Evaluate(devset=test, metric=sim.score, num_threads=16, display_progress=False)(best).score / 100
     return {"config": config, "landscape": landscape, "seed": seed, "wall_s": wall,
             "metric_calls": best.detailed_results.total_metric_calls, "test": test_score, "validations": clock.points,

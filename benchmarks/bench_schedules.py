@@ -57,7 +57,7 @@ from dspy_pxn.ledger.budget import RunShape
 from dspy_pxn.ledger.prices import token_prices, use_bundled_price_maps
 from dspy_pxn.planning import RuntimeModel
 from dspy_pxn.planning.spread import batch_seconds, mean_factor, sigma_of, slowest_factor
-from dspy_pxn.testing.bill import PRICE_PAIR, dollars, from_server
+from dspy_pxn.testing.bill import PRICE_PAIR, dollars, from_server, from_simulated
 from dspy_pxn.testing.landscape import Landscape, resolve_landscape
 
 # A dspy.GEPA call with only the class name changed runs BatchedGEPA's defaults: at W = 16, B = 600 and
@@ -207,9 +207,7 @@ def task_and_reflection_lms(args, landscape: str, latency: str, seed: int
     item reads the bill where the calls were answered: calls and the tokens of the text sent and received."""
     if not args.server:
         task, reflection = lm(args, landscape, latency, seed, "task"), lm(args, landscape, latency, seed, "reflection")
-        yield task, reflection, lambda: {role: {"calls": model.call_stats.snapshot()["calls"]["total"],
-                                                **model.call_stats.snapshot()["tokens"]}
-                                         for role, model in (("task", task), ("reflection", reflection))}
+        yield task, reflection, lambda: from_simulated(task, reflection)
         return
     task_s = args.task_latency * args.scale
     with sim.LatencyServer(task_latency=task_s, reflection_latency=args.reflection_ratio * task_s,

@@ -360,8 +360,8 @@ def table_mlflow(settings: dict[str, str] = MLFLOW_BILL) -> str:
     """Each MLflow setting, and each setting of ours measured beside it: speed, final and held-out scores paired by
     seed, the bill, and predict_fn calls."""
     lines = [("| setting | seeds | × sooner (per seed) | final: MLflow's → ours (− MLflow's, se) "
-             "| held-out − MLflow's (se) | reflection calls: MLflow's → ours | reflection tokens in × | $ × "
-             "| predict_fn calls of 300: MLflow's / ours |"),
+              "| held-out − MLflow's (se) | reflection calls: MLflow's → ours | reflection tokens in × | $ × "
+              "| predict_fn calls of 300: MLflow's / ours |"),
              "|---|---|---|---|---|---|---|---|---|"]
     for setting, name in settings.items():
         results = load(name)

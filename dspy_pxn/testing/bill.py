@@ -26,3 +26,12 @@ def from_server(stats: dict[str, Any]) -> dict[str, dict[str, int]]:
     """The bill from a latency server's stats: its task and reflection models' calls and tokens."""
     empty = {"calls": 0, "prompt": 0, "completion": 0}
     return {role: dict(stats["tokens"].get(f"sim-{role}", empty)) for role in PRICE_PAIR}
+
+
+def from_simulated(task: Any, reflection: Any) -> dict[str, dict[str, int]]:
+    """The bill from the in-process simulated task and reflection LMs (``SimulatedLM``): their calls and tokens."""
+    bill = {}
+    for role, model in (("task", task), ("reflection", reflection)):
+        stats = model.call_stats.snapshot()
+        bill[role] = {"calls": stats["calls"]["total"], **stats["tokens"]}
+    return bill
