@@ -253,7 +253,8 @@ class RunLedger(BilledTracker, StepListener):
         limiters = active_limiters()
         if not limiters:
             return len(self._open)
-        return sum(any(limiter.holds(call_id) for limiter in limiters) for call_id in self._open)
+        holding = frozenset().union(*(limiter.holding() for limiter in limiters))
+        return sum(call_id in holding for call_id in self._open)
 
     def call_ended(self, call_id: str, exception: BaseException | None) -> None:
         _IN_PROGRESS.set(tuple(entry for entry in _IN_PROGRESS.get()

@@ -49,12 +49,12 @@ class LMCallLimiter(BaseCallback):
         with self._lock:
             return len(self._holding)
 
-    def holds(self, call_id: str) -> bool:
-        """Whether the call holds a slot: it runs from this callback's start to its end, and DSPy tells a call's end
-        to the context's callbacks (this one) before the LM's own (a run's ledger), so its slot may be another call's
-        before the ledger hears it end."""
+    def holding(self) -> frozenset[str]:
+        """The calls holding a slot: each from this callback's start to its end. DSPy tells a call's end to the
+        context's callbacks (this one) before the LM's own (a run's ledger), so a slot may be another call's before
+        the ledger hears the first call end."""
         with self._lock:
-            return call_id in self._holding
+            return frozenset(self._holding)
 
 
 def installed(limiter: LMCallLimiter | None):
