@@ -126,8 +126,8 @@ def budget_buys_one_step(max_metric_calls: int, valset_size: int, minibatch_size
     if max_metric_calls < smallest:
         logger.warning(
             "A budget of %d metric calls cannot pay for one optimization step: the seed's validation costs %d "
-            "(|valset|), and one proposal costs %d to screen (parent and child on reflection_minibatch_size=%d "
-            "examples) plus %d to validate. The run validates the seed and returns it, never over budget "
+            "(|valset|), and one proposal costs at least %d to screen (parent and child on %d training example(s) "
+            "each) plus %d to validate. The run validates the seed and returns it, never over budget "
             "(dspy.GEPA would overspend it to make one step). The smallest budget that buys one step is %d: raise "
             "max_metric_calls to at least %d, or use a smaller valset or reflection_minibatch_size.",
             max_metric_calls, valset_size, 2 * minibatch_size, minibatch_size, valset_size, smallest, smallest)

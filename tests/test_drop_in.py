@@ -5,6 +5,7 @@ a rule question right iff the rule's definition is in the predictor's instructio
 """
 
 import inspect
+import itertools
 import logging
 import time
 
@@ -235,19 +236,67 @@ def test_errors_dspy_gepa_raises_as_assertions_are_still_assertion_errors(splits
 # ----------------------------------------------------------------------------- budget
 def test_a_budget_too_small_for_one_step_runs_as_under_dspy_gepa_never_over_it(splits, caplog):
     """dspy.GEPA runs such a budget (overspending it); here the seed is validated and returned, within budget."""
-    val = splits.val[:6]  # seed validation 6 + one proposal: 2x3 screening + 6 validation = 18
+    val = splits.val[:6]  # seed validation 6 + one proposal: 2x1 screening (at least) + 6 validation = 14
     lm = sim.SimulatedLM()
     with dspy.context(lm=lm), caplog.at_level(logging.WARNING, logger="dspy_pxn"):
-        seed_only = BatchedGEPA(metric=sim.metric, max_metric_calls=17).compile(
+        seed_only = BatchedGEPA(metric=sim.metric, max_metric_calls=13).compile(
             sim.seed_program(), trainset=splits.train, valset=val)
-    assert "The smallest budget that buys one step is 18" in caplog.text
+    assert "The smallest budget that buys one step is 14" in caplog.text
     assert seed_only.detailed_results.total_metric_calls == 6 and len(seed_only.detailed_results.candidates) == 1
     assert lm.stats()["calls"]["task"] == 6  # the seed's validation, nothing over budget
+    caplog.clear()
+    with dspy.context(lm=lm), caplog.at_level(logging.WARNING, logger="dspy_pxn"):  # a minibatch of one's own: 3
+        BatchedGEPA(metric=sim.metric, max_metric_calls=17, reflection_minibatch_size=3).compile(
+            sim.seed_program(), trainset=splits.train, valset=val)
+    assert "The smallest budget that buys one step is 18" in caplog.text
     with dspy.context(lm=lm):
         best = BatchedGEPA(metric=sim.metric, max_metric_calls=18, p=1, n=1).compile(
             sim.seed_program(), trainset=splits.train, valset=val)
     assert len(best.detailed_results.steps) == 1
     assert best.detailed_results.total_metric_calls <= 18
+
+
+def test_a_budget_that_cannot_pay_for_one_full_proposal_buys_one_on_fewer_rows(splits):
+    """dspy.GEPA overspends such a budget to take its step; here, with the minibatch left to the optimizer, the
+    first proposal is screened on the rows the budget can pay for beside its validation, never over budget. Once a
+    proposal was made the run stops where the next full one no longer fits, and a minibatch the user gave is never
+    shrunk."""
+    val = splits.val[:6]
+    minibatches: list[list[int]] = []
+
+    class Heard:
+        def on_minibatch_sampled(self, event):  # gepa's step loop
+            minibatches.append(list(event["minibatch_ids"]))
+
+        def on_proposal_decided(self, event):  # the async schedule's own event
+            minibatches.append(list(event["minibatch_ids"]))
+
+    for budget, schedule in itertools.product((14, 15, 16, 17), ("steps", "async")):
+        # The seed's 6 and a validation's 6 leave 2, 3, 4, 5: one proposal on 1, 1, 2, 2 rows.
+        minibatches.clear()
+        lm = sim.SimulatedLM()
+        with dspy.context(lm=lm):
+            result = BatchedGEPA(metric=sim.metric, max_metric_calls=budget, p=1, n=1, schedule=schedule,
+                                 gepa_kwargs={"callbacks": [Heard()]}).compile(
+                sim.seed_program(), trainset=splits.train, valset=val).detailed_results
+        rows = (budget - 12) // 2
+        assert [len(ids) for ids in minibatches] == [rows], (budget, minibatches)
+        assert lm.stats()["calls"]["task"] == result.total_metric_calls <= budget
+        assert lm.stats()["calls"]["reflection"] == 1
+    minibatches.clear()
+    with dspy.context(lm=sim.SimulatedLM()):
+        BatchedGEPA(metric=sim.metric, max_metric_calls=17, p=1, n=1, reflection_minibatch_size=3,
+                    gepa_kwargs={"callbacks": [Heard()]}).compile(sim.seed_program(), trainset=splits.train, valset=val)
+    assert minibatches == []  # 2x3 + 6 does not fit in the 11 left: the seed is returned
+    for schedule in ("steps", "async"):  # 6 for the seed, then 23: one full proposal (12 with its validation) and 11
+        minibatches.clear()
+        lm = sim.SimulatedLM()
+        with dspy.context(lm=lm):
+            result = BatchedGEPA(metric=sim.metric, max_metric_calls=29, p=1, n=1, schedule=schedule,
+                                 gepa_kwargs={"callbacks": [Heard()]}).compile(
+                sim.seed_program(), trainset=splits.train, valset=val).detailed_results
+        assert minibatches and {len(ids) for ids in minibatches} == {3}, (schedule, minibatches)
+        assert lm.stats()["calls"]["task"] == result.total_metric_calls <= 29
 
 
 def test_a_budget_below_the_seeds_validation_returns_the_program_unchanged_without_an_lm_call(splits, caplog):

@@ -63,10 +63,17 @@ class BudgetGuard:
     """
 
     def __init__(self, max_metric_calls: int, valset_size: int, minibatch_size: int, crossover: bool = False,
-                 name: str = "max_metric_calls"):
+                 name: str = "max_metric_calls", shrinks: bool = False):
         self.max_metric_calls = max_metric_calls
         self.valset_size = valset_size
         self.minibatch_size = minibatch_size
+        # The minibatch was left to the optimizer: where the budget cannot pay for one full proposal and its
+        # validation after the seed's, the run's first proposal is screened on the rows it can pay for
+        # (``screening_rows``), where dspy.GEPA's loop overspends the budget to take its step. A user's own
+        # reflection_minibatch_size is never shrunk, and once a proposal was made the run stops where the next
+        # full one no longer fits: a smaller last proposal at the end of every run cost 4-6% more reflection calls
+        # for no held-out gain (docs/benchmark-log.md, "A smaller last proposal").
+        self.shrinks = shrinks
         self.crossover = crossover  # gepa's crossover (use_merge=True) may replace a step, or run beside them
         self.name = name  # what the budget is called where it ends the run: "max_metric_calls", or "auto"
         self.reserved = 0  # calls promised to work in flight, not yet spent
@@ -78,41 +85,57 @@ class BudgetGuard:
 
     def __repr__(self) -> str:
         return (f"BudgetGuard(max_metric_calls={self.max_metric_calls}, valset_size={self.valset_size}, "
-                f"minibatch_size={self.minibatch_size}, crossover={self.crossover}, reserved={self.reserved})")
+                f"minibatch_size={self.minibatch_size}, crossover={self.crossover}, shrinks={self.shrinks}, "
+                f"reserved={self.reserved})")
 
     # -- on counts of remaining calls (shared with the runtime model) ---------------
-    def widest_step(self, remaining: float) -> int:
-        """Widest step that still leaves room to validate one child."""
-        return max(0, int((remaining - self.valset_size) // self.proposal_cost()))
+    def widest_step(self, remaining: float, first: bool = False) -> int:
+        """Widest step that still leaves room to validate one child: one proposal on fewer rows where only that
+        fits and it is the run's ``first`` (``screening_rows``)."""
+        full = max(0, int((remaining - self.valset_size) // self.proposal_cost()))
+        return full or int(self.screening_rows(remaining, first) > 0)
+
+    def screening_rows(self, remaining: float, first: bool = False) -> int:
+        """The rows the next proposal is screened on, its parent and its child, with a validation left beside it:
+        the minibatch; for the run's ``first`` where the guard ``shrinks``, as many rows as fit; else 0."""
+        fit = max(0, int((remaining - self.valset_size) // 2))
+        if fit >= self.minibatch_size:
+            return self.minibatch_size
+        return fit if self.shrinks and first else 0
 
     def validations_affordable(self, remaining: float) -> int:
         return max(0, int(remaining // self.valset_size))
 
-    def can_step(self, remaining: float, crossover_due: bool = False) -> bool:
-        return remaining >= self.smallest_step(crossover_due)
+    def can_step(self, remaining: float, crossover_due: bool = False, first: bool = False) -> bool:
+        return remaining >= self.smallest_step(crossover_due, first)
 
     def proposal_cost(self) -> int:
         """Calls to screen one proposal: its parent and its child on one minibatch each."""
         return 2 * self.minibatch_size
 
-    def smallest_step(self, crossover_due: bool = False) -> int:
-        """Calls needed for one proposal that is screened and validated, or for the crossover gepa's step
-        loop tries first when one is due (it takes the step: screened on a few val examples, validated)."""
-        reflective = self.proposal_cost() + self.valset_size
+    def smallest_step(self, crossover_due: bool = False, first: bool = False) -> int:
+        """Calls needed for one proposal that is screened (the run's ``first`` on one row, where the guard
+        ``shrinks``) and validated, or for the crossover gepa's step loop tries first when one is due (it takes the
+        step: screened on a few val examples, validated)."""
+        reflective = 2 * (1 if self.shrinks and first else self.minibatch_size) + self.valset_size
         crossover = CROSSOVER_SUBSAMPLE_CALLS + self.valset_size if self.crossover and crossover_due else 0
         return max(reflective, crossover)
 
     def smallest_budget(self) -> int:
         """Calls for the seed's validation plus one proposal screened and validated: one useful step."""
-        return self.valset_size + self.proposal_cost() + self.valset_size
+        return self.valset_size + self.smallest_step(first=True)
 
     # -- on gepa's state ------------------------------------------------------------
     def remaining(self, state: SpendsMetricCalls) -> int:
         """Calls neither spent nor promised to work in flight."""
         return self.max_metric_calls - state.total_num_evals - self.reserved
 
+    def first_proposal(self, state: SpendsMetricCalls) -> bool:
+        """Whether nothing but the seed's validation was spent or promised: the run's first proposal is next."""
+        return state.total_num_evals + self.reserved <= self.valset_size
+
     def max_proposals(self, state: SpendsMetricCalls) -> int:
-        return self.widest_step(self.remaining(state))
+        return self.widest_step(self.remaining(state), self.first_proposal(state))
 
     def max_validations(self, state: SpendsMetricCalls) -> int:
         return self.validations_affordable(self.remaining(state))
@@ -125,11 +148,15 @@ class BudgetGuard:
         return reservation
 
     def reserve_proposal(self, state: SpendsMetricCalls) -> Reservation | None:
-        """One proposal's screening (its parent's and its child's minibatch), if |val| stays free beside it for a
-        validation; the child's share may come back until the child is screened."""
-        if self.max_proposals(state) < 1:
+        """One proposal's screening (its parent's and its child's rows: ``reservation.rows`` of them, the minibatch
+        or fewer, ``screening_rows``), if |val| stays free beside it for a validation; the child's share may come
+        back until the child is screened."""
+        rows = self.screening_rows(self.remaining(state), self.first_proposal(state))
+        if rows < 1:
             return None
-        return self._promise(self.proposal_cost(), releasable=self.minibatch_size)
+        reservation = self._promise(2 * rows, releasable=rows)
+        reservation.rows = rows
+        return reservation
 
     def reserve_crossover(self, state: SpendsMetricCalls) -> Reservation | None:
         """One crossover's screening (gepa scores it on a few val examples), if |val| stays free beside it for its
@@ -176,7 +203,7 @@ class BudgetGuard:
         """Whether what is left cannot pay for the step the run would take next; if so, the guard says on the run's
         stop signal (the ``ledger``'s) that its budget ended the run: the first budget to say so is the one the
         run reports."""
-        if self.can_step(self.remaining(state), crossover_due):
+        if self.can_step(self.remaining(state), crossover_due, self.first_proposal(state)):
             return False
         ledger.end(self.name, f"{self.remaining(state)} metric calls left cannot pay for another step")
         return True
@@ -189,3 +216,4 @@ class Reservation:
 
     releasable: int
     validations: int = 0
+    rows: int = 0  # a proposal's: the rows its parent and its child are screened on

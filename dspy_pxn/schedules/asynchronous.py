@@ -219,7 +219,7 @@ class AsyncSchedule:
                 else:
                     parent = self.parts.candidate_selector.select_candidate_idx(self.state)
                     candidate = self.state.program_candidates[parent]
-                ids = self.parts.sampler.next_minibatch_ids(self.trainset, self.state)
+                ids = self.parts.sampler.next_minibatch_ids(self.trainset, self.state)[:reservation.rows]
                 task = ProposalTask(parent, candidate, ids, self.trainset.fetch(ids))
                 self.live.events.tasks_sampled([task])
                 self.launched += 1

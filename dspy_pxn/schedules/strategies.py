@@ -111,9 +111,11 @@ class DistinctParentsPxN:
         if width < 1:
             return []
         parents = self.choose_parents(state, candidate_selector, math.ceil(width / self.n))
+        # Fewer rows than the minibatch only for a first proposal the budget cannot pay for in full.
+        rows = self.guard.screening_rows(self.guard.remaining(state), self.guard.first_proposal(state))
         tasks: list[ProposalTask] = []
         for parent in [parent for parent in parents for _ in range(self.n)][:width]:
-            ids = batch_sampler.next_minibatch_ids(trainset, state)
+            ids = batch_sampler.next_minibatch_ids(trainset, state)[:rows]
             tasks.append(ProposalTask(parent, state.program_candidates[parent], ids, trainset.fetch(ids)))
         self.events.tasks_sampled(tasks)
         return tasks
