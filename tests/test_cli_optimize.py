@@ -210,13 +210,16 @@ def test_unreachable_endpoint_is_reported_before_the_run(data_dir, capsys):
 
 
 def test_budget_below_one_step_is_refused(data_dir, capsys):
-    # The seed's validation (10), one proposal on 2x1 examples (the last may screen fewer than 3), its validation.
+    # The seed's validation (10), one proposal on 2x1 examples (a first one the budget cannot pay for in full may
+    # screen fewer than 3), its validation.
     assert cli(["optimize", "gsm8k", "--lm", "local", "--reflection-lm", "local", "--data-dir", data_dir,
                 "--val-size", "10", "--budget", "21"]) == 2
     assert "--budget 21 cannot pay for one step" in (line := _error_line(capsys)) and "at least 22" in line
+    assert "screened on 2x1 examples" in line
     assert cli(["optimize", "gsm8k", "--lm", "local", "--reflection-lm", "local", "--data-dir", data_dir,
                 "--val-size", "10", "--budget", "25", "--minibatch-size", "3"]) == 2  # one's own minibatch: 2x3
     assert "--budget 25 cannot pay for one step" in (line := _error_line(capsys)) and "at least 26" in line
+    assert "screened on 2x3 examples" in line
 
 
 def test_tasks_other_than_sim_need_an_lm(data_dir, capsys):

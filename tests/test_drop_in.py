@@ -242,6 +242,7 @@ def test_a_budget_too_small_for_one_step_runs_as_under_dspy_gepa_never_over_it(s
         seed_only = BatchedGEPA(metric=sim.metric, max_metric_calls=13).compile(
             sim.seed_program(), trainset=splits.train, valset=val)
     assert "The smallest budget that buys one step is 14" in caplog.text
+    assert "parent and child on 1 training example(s)" in caplog.text
     assert seed_only.detailed_results.total_metric_calls == 6 and len(seed_only.detailed_results.candidates) == 1
     assert lm.stats()["calls"]["task"] == 6  # the seed's validation, nothing over budget
     caplog.clear()
@@ -249,6 +250,7 @@ def test_a_budget_too_small_for_one_step_runs_as_under_dspy_gepa_never_over_it(s
         BatchedGEPA(metric=sim.metric, max_metric_calls=17, reflection_minibatch_size=3).compile(
             sim.seed_program(), trainset=splits.train, valset=val)
     assert "The smallest budget that buys one step is 18" in caplog.text
+    assert "parent and child on 3 training example(s)" in caplog.text
     with dspy.context(lm=lm):
         best = BatchedGEPA(metric=sim.metric, max_metric_calls=18, p=1, n=1).compile(
             sim.seed_program(), trainset=splits.train, valset=val)

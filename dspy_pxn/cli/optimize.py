@@ -172,9 +172,10 @@ def _prepare(args: argparse.Namespace, resources: contextlib.ExitStack) -> tuple
     task = load_task(args)
     from dspy_pxn.ledger.budget import BudgetGuard
 
+    # As the library's guard: a first proposal the budget cannot pay for in full may screen fewer examples.
     guard = BudgetGuard(args.budget or 1, len(task.val), args.minibatch_size or REFLECTION_EXAMPLES,
-                        shrinks=args.minibatch_size is None)  # as the library's: a last proposal may screen fewer
-    minibatch, smallest = (guard.smallest_step() - len(task.val)) // 2, guard.smallest_budget()
+                        shrinks=args.minibatch_size is None)
+    minibatch, smallest = guard.fewest_rows(), guard.smallest_budget()
     if args.budget is not None and args.budget < smallest:
         raise UsageError(f"--budget {args.budget} cannot pay for one step: the seed's validation ({len(task.val)}) "
                          f"plus one proposal screened on 2x{minibatch} examples and validated "

@@ -94,8 +94,7 @@ class Run:
         guard = BudgetGuard(budget, len(valset), m, crossover=settings.use_merge,
                             name="auto" if settings.auto is not None else "max_metric_calls",
                             shrinks=settings.reflection_minibatch_size is None)
-        checks.budget_buys_one_step(budget, len(valset), (guard.smallest_step() - len(valset)) // 2,
-                                    guard.smallest_budget())
+        checks.budget_buys_one_step(budget, len(valset), guard.fewest_rows(), guard.smallest_budget())
         target.check(settings, trainset, valset, testset)
         checks.writable_dir("log_dir", settings.log_dir)
         reflection_lm = resolve_reflection_lm(settings)

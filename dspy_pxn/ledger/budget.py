@@ -117,9 +117,13 @@ class BudgetGuard:
         """Calls needed for one proposal that is screened (the run's ``first`` on one row, where the guard
         ``shrinks``) and validated, or for the crossover gepa's step loop tries first when one is due (it takes the
         step: screened on a few val examples, validated)."""
-        reflective = 2 * (1 if self.shrinks and first else self.minibatch_size) + self.valset_size
+        reflective = 2 * (self.fewest_rows() if first else self.minibatch_size) + self.valset_size
         crossover = CROSSOVER_SUBSAMPLE_CALLS + self.valset_size if self.crossover and crossover_due else 0
         return max(reflective, crossover)
+
+    def fewest_rows(self) -> int:
+        """The fewest rows the run's first proposal may be screened on: one where the guard ``shrinks``."""
+        return 1 if self.shrinks else self.minibatch_size
 
     def smallest_budget(self) -> int:
         """Calls for the seed's validation plus one proposal screened and validated: one useful step."""
