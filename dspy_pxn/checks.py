@@ -115,9 +115,10 @@ class BudgetBuysNoValidation(Exception):
     """The budget cannot pay for the seed's validation: the compile returns the program unchanged."""
 
 
-def budget_buys_one_step(max_metric_calls: int, valset_size: int, minibatch_size: int, smallest: int) -> None:
+def budget_buys_one_step(max_metric_calls: int, valset_size: int, fewest_rows: int, smallest: int) -> None:
     """Say so when the budget cannot pay for one step, which dspy.GEPA overspends it to make; the run still runs,
-    never over budget (``BudgetBuysNoValidation``: not even the seed's validation)."""
+    never over budget (``BudgetBuysNoValidation``: not even the seed's validation). ``fewest_rows``: the examples the
+    cheapest proposal is screened on (``BudgetGuard.fewest_rows``); ``smallest``: the budget that buys one step."""
     if max_metric_calls < valset_size:
         raise BudgetBuysNoValidation(
             f"A budget of {max_metric_calls} metric calls cannot pay for the seed's validation ({valset_size} "
@@ -130,7 +131,7 @@ def budget_buys_one_step(max_metric_calls: int, valset_size: int, minibatch_size
             "each) plus %d to validate. The run validates the seed and returns it, never over budget "
             "(dspy.GEPA would overspend it to make one step). The smallest budget that buys one step is %d: raise "
             "max_metric_calls to at least %d, or use a smaller valset or reflection_minibatch_size.",
-            max_metric_calls, valset_size, 2 * minibatch_size, minibatch_size, valset_size, smallest, smallest)
+            max_metric_calls, valset_size, 2 * fewest_rows, fewest_rows, valset_size, smallest, smallest)
 
 
 # ----------------------------------------------------------------------------- bad input (see the module docstring)

@@ -175,10 +175,10 @@ def _prepare(args: argparse.Namespace, resources: contextlib.ExitStack) -> tuple
     # As the library's guard: a first proposal the budget cannot pay for in full may screen fewer examples.
     guard = BudgetGuard(args.budget or 1, len(task.val), args.minibatch_size or REFLECTION_EXAMPLES,
                         shrinks=args.minibatch_size is None)
-    minibatch, smallest = guard.fewest_rows(), guard.smallest_budget()
+    rows, smallest = guard.fewest_rows(), guard.smallest_budget()
     if args.budget is not None and args.budget < smallest:
         raise UsageError(f"--budget {args.budget} cannot pay for one step: the seed's validation ({len(task.val)}) "
-                         f"plus one proposal screened on 2x{minibatch} examples and validated "
+                         f"plus one proposal screened on 2x{rows} examples and validated "
                          f"({len(task.val)}) needs {smallest}; raise --budget to at least {smallest} or lower "
                          "--val-size.")
     if args.lm is None:
