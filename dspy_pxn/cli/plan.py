@@ -173,7 +173,7 @@ def plan_command(args: argparse.Namespace) -> int:
         label = "defaults" if same_setting(pr, defaults) else str(rank)
         print(f"| {label} | {pr.schedule} | {pr.p}×{pr.n} | {pr.selection} | {duration(pr.wall_s)} | {pr.x_floor:.2f} "
               f"| {pr.generations:.1f} | {pr.iterations} | {pr.binding} | {'yes' if pr in front else ''} "
-              f"| {held_out_cell(pr, pr is defaults)} |")
+              f"| {held_out_cell(pr, same_setting(pr, defaults))} |")
     print(f"\ndefaults: p='auto' runs {pr_name(defaults)} here (one proposal per worker, within the budget): "
           f"{duration(defaults.wall_s)}, {defaults.x_floor:.2f}x the floor, {defaults.generations:.1f} generations.")
     print(f"pick {pr_name(pick)}: " + (

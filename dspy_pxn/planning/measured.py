@@ -40,6 +40,7 @@ MEASURED: dict[tuple[str, str, str], Measurement] = {
     ("async", "3x1", "merge"): Measurement(-0.028, f"class_swap_staged_width.json ({_CLASS_SWAP})"),
     ("async", "4x1", "merge"): Measurement(-0.016, f"class_swap_staged_width.json ({_CLASS_SWAP})"),
     ("async", "5x1", "merge"): Measurement(-0.044, f"class_swap_staged_width.json ({_CLASS_SWAP})"),
+    ("async", "4x4", "merge"): Measurement(-0.097, f"class_swap_async_4x4.json ({_CLASS_SWAP}; chain -0.292)"),
     ("steps", "4x4", "all"): Measurement(-0.338, _STEP_LOOP),
     ("steps", "8x2", "all"): Measurement(-0.332, _STEP_LOOP),
     ("steps", "16x1", "all"): Measurement(-0.308, _STEP_LOOP),
