@@ -482,7 +482,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="also time the budget's rows with no optimizer (predict_fn + scorer on W threads)")
     parser.add_argument("--mlflow-rows-from", metavar="FILE",
                         help="take mlflow.GepaPromptOptimizer's rows for these seeds from an earlier results file (its "
-                             "scores and calls are the same for a seed on every run) instead of running it again")
+                             "scores and calls are the same for a seed on every run) instead of running it again; "
+                             "the configs are compared with them even when --configs leaves it out")
     parser.add_argument("--out", default=str(RESULTS / "mlflow_prompts.json"))
     args = parser.parse_args(argv)
     configs = split_configs(args.configs)
@@ -493,6 +494,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     import_autolog_integrations()
     earlier = json.loads(Path(args.mlflow_rows_from).read_text())["rows"] if args.mlflow_rows_from else []
+    if earlier and "mlflow.GepaPromptOptimizer" not in configs:  # the reused runs are what the others are compared to
+        configs.append("mlflow.GepaPromptOptimizer")
     reused = {r["seed"]: r for r in earlier if r["config"] == "mlflow.GepaPromptOptimizer"}
     rows = [reused[seed] if config == "mlflow.GepaPromptOptimizer" and seed in reused else run_one(config, args, seed)
             for seed in range(args.seeds) for config in configs]
