@@ -8,7 +8,7 @@ landscape, and prints each setting's held-out paired by seed with 1×1's (mean d
 standard error) beside both sides' reflection calls, reflection tokens and dollars at the price pair
 (``dspy_pxn.testing.bill``). ``dspy-pxn plan`` reads the settings measured here (``planning.measured``).
 
-    python benchmarks/bench_heldout.py                          # 5 seeds, depth and chain, ~6 min
+    python benchmarks/bench_heldout.py                          # 5 seeds, depth and chain, ~4 min
     python benchmarks/bench_heldout.py --seeds 10 --landscapes depth,breadth,chain
 """
 
