@@ -97,8 +97,8 @@ def main() -> None:
         report["tables"][landscape] = {"rows": rows, "table": summary}
         print(f"\n### landscape {landscape} (B {args.budget}, W {args.workers}, {args.seeds} seeds; dollars at "
               f"{PRICE_PAIR['task']} (task) and {PRICE_PAIR['reflection']} (reflection) list prices)\n")
-        print(f"| config | held-out mean ± sd | − {configs[0]} (se) | reflection calls | reflection tokens in / out | "
-              f"$ | reflection calls × | reflection in × | $ × | per seed |")
+        print(f"| config | held-out mean ± sd | − {configs[0]} (se) | reflection calls | "
+              "reflection tokens in / out | $ | reflection calls × | reflection in × | $ × | per seed |")
         print("|---|---|---|---|---|---|---|---|---|---|")
         for r in summary:
             ratios = r["bill_vs_first"]

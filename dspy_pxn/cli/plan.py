@@ -178,8 +178,9 @@ def plan_command(args: argparse.Namespace) -> int:
           f"{duration(defaults.wall_s)}, {defaults.x_floor:.2f}x the floor, {defaults.generations:.1f} generations.")
     print(f"pick {pr_name(pick)}: " + (
         f"the fastest of the defaults and the settings measured to keep dspy.GEPA's held-out score (within "
-        f"{-KEEPS_HELD_OUT:g}) with at least {target:.1f} generations (--min-generations; default half of 1×1's): {duration(pick.wall_s)}, {pick.generations:.1f} "
-        f"generations, bound by {pick.binding}" + (" (the defaults)." if same_setting(pick, defaults) else ".")))
+        f"{-KEEPS_HELD_OUT:g}) with at least {target:.1f} generations (--min-generations; default half of 1×1's): "
+        f"{duration(pick.wall_s)}, {pick.generations:.1f} generations, bound by {pick.binding}"
+        + (" (the defaults)." if same_setting(pick, defaults) else ".")))
     return 0
 
 
@@ -194,7 +195,8 @@ def keeps_held_out(prediction) -> bool:
 
 
 def held_out_cell(prediction, is_defaults: bool) -> str:
-    """What the benchmarks measured of the setting's held-out score against dspy.GEPA's (the defaults: ``p="auto"``'s)."""
+    """What the benchmarks measured of the setting's held-out score against dspy.GEPA's; for the defaults' row,
+    ``p="auto"``'s (the width it comes to may have been measured on its own too)."""
     found = (measured(prediction.schedule, "auto", 1, prediction.selection) if is_defaults else None) or measured(
         prediction.schedule, prediction.p, prediction.n, prediction.selection)
     return f"measured {found.held_out:+.3f}" if found is not None else "never measured"

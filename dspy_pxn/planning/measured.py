@@ -36,7 +36,8 @@ _STEP_LOOP = "heldout.json: W 16, B 600, |val| 30, 5 seeds; depth and chain; aga
 MEASURED: dict[tuple[str, str, str], Measurement] = {
     ("steps", "1x1", "all"): Measurement(0.0, "dspy.GEPA's own search, candidate for candidate"),
     ("async", "auto", "merge"): Measurement(
-        -0.029, f"class_swap_default.json ({_CLASS_SWAP}, fixed and lognormal call times); W 64: class_swap_w64_bill.json"),
+        -0.029, f"class_swap_default.json ({_CLASS_SWAP}, fixed and lognormal call times); "
+                "W 64: class_swap_w64_bill.json"),
     ("async", "3x1", "merge"): Measurement(-0.028, f"class_swap_staged_width.json ({_CLASS_SWAP})"),
     ("async", "4x1", "merge"): Measurement(-0.016, f"class_swap_staged_width.json ({_CLASS_SWAP})"),
     ("async", "5x1", "merge"): Measurement(-0.044, f"class_swap_staged_width.json ({_CLASS_SWAP})"),
