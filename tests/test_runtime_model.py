@@ -1,8 +1,11 @@
 """The runtime model: closed forms, monotonicity, fitting, bad input, the planner CLI."""
 
+import json
 import math
 import re
+import statistics
 import struct
+from pathlib import Path
 
 import pytest
 from hypothesis import example, given, settings
@@ -13,6 +16,7 @@ from dspy_pxn import testing as sim
 from dspy_pxn.cli import main as cli
 from dspy_pxn.engine.records import STEP_LOG_NAME, StepRecord
 from dspy_pxn.planning import DEFAULT_SHAPES, RunShape, RuntimeModel, floor_seconds, parse_shapes, shapes_for
+from dspy_pxn.planning.measured import MEASURED
 from dspy_pxn.tracking.plots import plot_model_vs_measured
 from tests.conftest import seed_program
 
@@ -317,3 +321,37 @@ def test_plot_writes_a_png_with_the_measured_points(tmp_path):
     assert header[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", header[16:24])
     assert (width, height) == (840, 540)  # 7 x 4.5 inches at 120 dpi
+
+
+# Where each held-out figure the planner holds was measured: the results file, the config it names there, and the
+# file with the runs it is paired with (dspy.GEPA's; None: the same file's first config, 1×1).
+MEASURED_IN = {
+    ("async", "auto", "merge"): ("class_swap_default.json", "BatchedGEPA", "class_swap_bill.json"),
+    ("async", "3x1", "merge"): ("class_swap_staged_width.json", "BatchedGEPA p3", "class_swap_bill.json"),
+    ("async", "4x1", "merge"): ("class_swap_staged_width.json", "BatchedGEPA p4", "class_swap_bill.json"),
+    ("async", "5x1", "merge"): ("class_swap_staged_width.json", "BatchedGEPA p5", "class_swap_bill.json"),
+    ("async", "4x4", "merge"): ("class_swap_async_4x4.json", "async 4x4 merge x", "class_swap_bill.json"),
+    **{("steps", shape, selection): ("heldout.json", f"{shape}{label}", None)
+       for shape, selection, label in (("4x4", "all", ""), ("8x2", "all", ""), ("16x1", "all", ""),
+                                       ("4x4", "best", " best"), ("8x2", "best", " best"), ("16x1", "best", " best"),
+                                       ("4x4", "top-2", " top2"), ("16x1", "top-2", " top2"))},
+}
+
+
+def test_every_held_out_figure_the_planner_holds_is_its_results_file_s():
+    """The planner's figures are the paired differences in the files they name, recomputed: a rerun that moves a
+    file, or a figure typed without one, fails here."""
+    results = Path(__file__).parent.parent / "benchmarks" / "results"
+    assert set(MEASURED) - {("steps", "1x1", "all")} == set(MEASURED_IN)
+    for key, (name, config, against) in MEASURED_IN.items():
+        tables = json.loads((results / name).read_text())["tables"]
+        theirs = json.loads((results / against).read_text())["tables"] if against else tables
+        differences = []
+        for cell, table in tables.items():
+            mine = {r["seed"]: r["test"] for r in table["rows"] if r["config"] == config}
+            baseline = {r["seed"]: r["test"] for r in theirs.get(cell, {}).get("rows", [])
+                        if r["config"] == ("dspy.GEPA" if against else "1x1")}
+            differences += [mine[seed] - baseline[seed] for seed in mine if seed in baseline]
+        assert len(differences) >= 10, key
+        assert MEASURED[key].held_out == pytest.approx(statistics.mean(differences), abs=0.0015), key
+        assert name in MEASURED[key].where
