@@ -42,6 +42,8 @@ MEASURED: dict[tuple[str, str, str], Measurement] = {
     ("async", "4x1", "merge"): Measurement(-0.016, f"class_swap_staged_width.json ({_CLASS_SWAP})"),
     ("async", "5x1", "merge"): Measurement(-0.044, f"class_swap_staged_width.json ({_CLASS_SWAP})"),
     ("async", "4x4", "merge"): Measurement(-0.097, f"class_swap_async_4x4.json ({_CLASS_SWAP}; chain -0.292)"),
+    ("async", "8x4", "merge"): Measurement(
+        -0.132, "class_swap_w64_async_8x4.json (W 64, B 3000, |val| 150, 5 seeds; depth, breadth and chain -0.330)"),
     ("steps", "4x4", "all"): Measurement(-0.338, _STEP_LOOP),
     ("steps", "8x2", "all"): Measurement(-0.332, _STEP_LOOP),
     ("steps", "16x1", "all"): Measurement(-0.308, _STEP_LOOP),
