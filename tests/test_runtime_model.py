@@ -282,7 +282,8 @@ def test_the_plan_never_picks_a_setting_measured_to_lose_held_out(capsys):
                 "--schedules", "steps", "--selection", "best", "--min-generations", "0"]) == 0
     out = capsys.readouterr().out
     rows = {line.split("|")[3].strip(): line.split("|") for line in out.splitlines() if "| steps |" in line}
-    wide, defaults = rows["16×1"], next(line.split("|") for line in out.splitlines() if line.startswith("| defaults |"))
+    defaults = next(line.split("|") for line in out.splitlines() if line.startswith("| defaults |"))
+    wide = rows["16×1"]
     assert wide[-2].strip() == "measured -0.307"
     assert parse_duration(wide[5]) < parse_duration(defaults[5])  # predicted sooner, and still not picked
     assert out.split("\npick ")[1].startswith("4×1 merge (async)") and out.rstrip().endswith("(the defaults).")
