@@ -70,7 +70,10 @@ CLASS_SWAP = {"BatchedGEPA": "async auto merge"}
 # fewer proposals in flight than ``p="auto"`` chooses (where each improvement builds on the last); "pK mM": both.
 CLASS_SWAPS: dict[str, dict] = {
     "BatchedGEPA": {}, "BatchedGEPA m3": {"reflection_minibatch_size": 3},
-    "BatchedGEPA p2": {"p": 2}, "BatchedGEPA p3": {"p": 3}, "BatchedGEPA p4": {"p": 4}, "BatchedGEPA p5": {"p": 5},
+    "BatchedGEPA p1": {"p": 1}, "BatchedGEPA p2": {"p": 2}, "BatchedGEPA p3": {"p": 3}, "BatchedGEPA p4": {"p": 4},
+    "BatchedGEPA p5": {"p": 5}, "BatchedGEPA p1 async": {"p": 1, "schedule": "async"},
+    "BatchedGEPA p2 m3": {"p": 2, "reflection_minibatch_size": 3}, "BatchedGEPA p2 best": {"p": 2, "selection": "best"},
+    "BatchedGEPA p2 steps": {"p": 2, "schedule": "steps"},
     "BatchedGEPA p3 m3": {"p": 3, "reflection_minibatch_size": 3},
     "BatchedGEPA p4 m4": {"p": 4, "reflection_minibatch_size": 4},
     "BatchedGEPA p4 m3": {"p": 4, "reflection_minibatch_size": 3},
@@ -86,7 +89,11 @@ def as_schedule(config: str) -> str:
         return config
     settings = CLASS_SWAPS[config]
     minibatch, p = settings.get("reflection_minibatch_size"), settings.get("p")
-    schedule = CLASS_SWAP["BatchedGEPA"] if p is None else f"async {p}x1 merge"
+    if p is None:
+        schedule = CLASS_SWAP["BatchedGEPA"]
+    else:  # one proposal at a time runs gepa's own loop, validating its improving child
+        loop = settings.get("schedule", "steps" if p == 1 else "async")
+        schedule = f"{loop} {p}x1 {settings.get('selection', 'all' if p == 1 else 'merge')}"
     return schedule + (f" m{minibatch}" if minibatch else "")
 
 # p99/p50 of each latency model's call times (dspy_pxn.testing.latency); the planner has no straggler model.

@@ -31,13 +31,17 @@ class Measurement:
 
 
 _CLASS_SWAP = "W 16, B 600, |val| 30, 10 seeds; depth, breadth and chain"
+_FIXED = _CLASS_SWAP + ", fixed call times"
 _STEP_LOOP = "heldout.json: W 16, B 600, |val| 30, 5 seeds; depth and chain; against 1×1"
 
 MEASURED: dict[tuple[str, str, str], Measurement] = {
-    ("steps", "1x1", "all"): Measurement(0.0, "dspy.GEPA's own search, candidate for candidate"),
+    ("steps", "1x1", "all"): Measurement(
+        -0.005, f"class_swap_p1_p2.json ({_FIXED}; dspy.GEPA's own search: the same score on every seed of depth "
+                "and breadth, chain -0.015)"),
     ("async", "auto", "merge"): Measurement(
         -0.029, f"class_swap_default.json ({_CLASS_SWAP}, fixed and lognormal call times); "
                 "W 64: class_swap_w64_bill.json"),
+    ("async", "2x1", "merge"): Measurement(-0.022, f"class_swap_p1_p2.json ({_FIXED}; chain -0.077)"),
     ("async", "3x1", "merge"): Measurement(-0.028, f"class_swap_staged_width.json ({_CLASS_SWAP})"),
     ("async", "4x1", "merge"): Measurement(-0.016, f"class_swap_staged_width.json ({_CLASS_SWAP})"),
     ("async", "5x1", "merge"): Measurement(-0.044, f"class_swap_staged_width.json ({_CLASS_SWAP})"),
