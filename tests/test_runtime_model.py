@@ -290,6 +290,26 @@ def test_the_plan_never_picks_a_setting_measured_to_lose_held_out(capsys):
     assert out.split("\npick ")[1].startswith("4×1 merge (async)") and out.rstrip().endswith("(the defaults).")
 
 
+def test_a_figure_measured_on_another_pool_is_shown_as_such_and_never_picked(capsys):
+    """Held-out scores move with the regime (the pool sets the width, the windows, the budget's split), so a setting
+    measured at W 16 says so on a plan for W 64, and its figure does not make it a pick there."""
+    from types import SimpleNamespace
+
+    from dspy_pxn.cli.plan import keeps_held_out
+
+    assert cli(["plan", "--workers", "64", "--budget", "3000", "--val-size", "150", "--shapes", "4x4,8x4",
+                "--schedules", "async", "--selection", "merge"]) == 0
+    rows = {line.split("|")[3].strip(): line.split("|")[-2].strip()
+            for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "| async |" in line}
+    assert rows["4×4"] == f"measured {MEASURED[('async', '4x4', 'merge')].held_out:+.3f} at W 16"
+    assert rows["8×4"] == f"measured {MEASURED[('async', '8x4', 'merge')].held_out:+.3f}"  # measured at W 64
+    four_wide = SimpleNamespace(schedule="async", p=4, n=1, selection="merge")  # kept dspy.GEPA's score at W 16
+    assert MEASURED[("async", "4x1", "merge")].keeps_held_out
+    assert keeps_held_out(four_wide, 16) and not keeps_held_out(four_wide, 64)
+    one_at_a_time = SimpleNamespace(schedule="steps", p=1, n=1, selection="all")  # dspy.GEPA's search on any pool
+    assert keeps_held_out(one_at_a_time, 64) and keeps_held_out(one_at_a_time, 256)
+
+
 def parse_duration(cell: str) -> float:
     value, unit = cell.split()
     return float(value) * {"s": 1, "min": 60, "h": 3600}[unit]

@@ -148,7 +148,7 @@ def plan_command(args: argparse.Namespace) -> int:
         ranked.append(defaults)
     target = args.min_generations if args.min_generations is not None else reference.generations / 2
     # Only a setting measured to keep dspy.GEPA's held-out score is picked over the defaults.
-    eligible = [pr for pr in predictions if pr.generations >= target and keeps_held_out(pr)]
+    eligible = [pr for pr in predictions if pr.generations >= target and keeps_held_out(pr, shape.workers)]
     pick = min([*eligible, defaults], key=lambda pr: pr.wall_s)
     if not any(same_setting(pr, pick) for pr in ranked):
         ranked.append(pick)
@@ -165,7 +165,8 @@ def plan_command(args: argparse.Namespace) -> int:
     print("\nSettings on the front (no other is both faster and deeper) first, fastest first, and BatchedGEPA's\n"
           "defaults; generations are the times the pool grows, the depth a search can reach at this budget.\n"
           "The model predicts time, not quality: 'held-out' is the setting's held-out score minus dspy.GEPA's as the\n"
-          "benchmarks measured it (paired by seed, pooled over landscapes; docs/benchmarks.md), or 'never measured'.\n")
+          "benchmarks measured it (paired by seed, pooled over landscapes; docs/benchmarks.md), 'at W k' where measured on\n"
+          "another pool (not picked here), or 'never measured'.\n")
     print("| rank | schedule | P×N | selection | predicted wall | x floor | generations | iterations | binds | front "
           "| held-out |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -173,7 +174,7 @@ def plan_command(args: argparse.Namespace) -> int:
         label = "defaults" if same_setting(pr, defaults) else str(rank)
         print(f"| {label} | {pr.schedule} | {pr.p}×{pr.n} | {pr.selection} | {duration(pr.wall_s)} | {pr.x_floor:.2f} "
               f"| {pr.generations:.1f} | {pr.iterations} | {pr.binding} | {'yes' if pr in front else ''} "
-              f"| {held_out_cell(pr, same_setting(pr, defaults))} |")
+              f"| {held_out_cell(pr, same_setting(pr, defaults), shape.workers)} |")
     print(f"\ndefaults: p='auto' runs {pr_name(defaults)} here (one proposal per worker, within the budget): "
           f"{duration(defaults.wall_s)}, {defaults.x_floor:.2f}x the floor, {defaults.generations:.1f} generations.")
     print(f"pick {pr_name(pick)}: " + (
@@ -189,17 +190,21 @@ def same_setting(prediction, other) -> bool:
         other.schedule, other.p, other.n, other.selection)
 
 
-def keeps_held_out(prediction) -> bool:
+def keeps_held_out(prediction, workers: int) -> bool:
     found = measured(prediction.schedule, prediction.p, prediction.n, prediction.selection)
-    return found is not None and found.keeps_held_out
+    return found is not None and found.keeps_held_out and found.measured_on(workers)
 
 
-def held_out_cell(prediction, is_defaults: bool) -> str:
-    """What the benchmarks measured of the setting's held-out score against dspy.GEPA's; for the defaults' row,
-    ``p="auto"``'s (the width it comes to may have been measured on its own too)."""
+def held_out_cell(prediction, is_defaults: bool, workers: int) -> str:
+    """What the benchmarks measured of the setting's held-out score against dspy.GEPA's, and on which pool where it
+    was not this one; for the defaults' row, ``p="auto"``'s (the width it comes to may have been measured on its
+    own too)."""
     found = (measured(prediction.schedule, "auto", 1, prediction.selection) if is_defaults else None) or measured(
         prediction.schedule, prediction.p, prediction.n, prediction.selection)
-    return f"measured {found.held_out:+.3f}" if found is not None else "never measured"
+    if found is None:
+        return "never measured"
+    elsewhere = "" if found.measured_on(workers) else " at W " + "/".join(map(str, found.pools or ()))
+    return f"measured {found.held_out:+.3f}{elsewhere}"
 
 
 def pr_name(prediction) -> str:

@@ -24,10 +24,16 @@ class Measurement:
 
     held_out: float
     where: str  # the results file(s), the regime and the landscapes
+    pools: tuple[int, ...] | None = (16,)  # the pools W it was measured on; None: any (dspy.GEPA's own search)
 
     @property
     def keeps_held_out(self) -> bool:
         return self.held_out >= KEEPS_HELD_OUT
+
+    def measured_on(self, workers: int) -> bool:
+        """Whether it was measured on this pool: a wider pool runs the same setting in another regime (other
+        budgets and valsets, other windows), so a figure from another pool is shown as such, never relied on."""
+        return self.pools is None or workers in self.pools
 
 
 _CLASS_SWAP = "W 16, B 600, |val| 30, 10 seeds; depth, breadth and chain"
@@ -37,17 +43,18 @@ _STEP_LOOP = "heldout.json: W 16, B 600, |val| 30, 5 seeds; depth and chain; aga
 MEASURED: dict[tuple[str, str, str], Measurement] = {
     ("steps", "1x1", "all"): Measurement(
         -0.005, f"class_swap_p1_p2.json ({_FIXED}; dspy.GEPA's own search: the same score on every seed of depth "
-                "and breadth, chain -0.015)"),
+                "and breadth, chain -0.015)", pools=None),
     ("async", "auto", "merge"): Measurement(
         -0.029, f"class_swap_default.json ({_CLASS_SWAP}, fixed and lognormal call times); "
-                "W 64: class_swap_w64_bill.json"),
+                "W 64: class_swap_w64_bill.json", pools=(16, 64)),
     ("async", "2x1", "merge"): Measurement(-0.022, f"class_swap_p1_p2.json ({_FIXED}; chain -0.077)"),
     ("async", "3x1", "merge"): Measurement(-0.028, f"class_swap_staged_width.json ({_CLASS_SWAP})"),
     ("async", "4x1", "merge"): Measurement(-0.016, f"class_swap_staged_width.json ({_CLASS_SWAP})"),
     ("async", "5x1", "merge"): Measurement(-0.044, f"class_swap_staged_width.json ({_CLASS_SWAP})"),
     ("async", "4x4", "merge"): Measurement(-0.097, f"class_swap_async_4x4.json ({_CLASS_SWAP}; chain -0.292)"),
     ("async", "8x4", "merge"): Measurement(
-        -0.132, "class_swap_w64_async_8x4.json (W 64, B 3000, |val| 150, 5 seeds; depth, breadth and chain -0.330)"),
+        -0.132, "class_swap_w64_async_8x4.json (W 64, B 3000, |val| 150, 5 seeds; depth, breadth and chain -0.330)",
+        pools=(64,)),
     ("steps", "4x4", "all"): Measurement(-0.338, _STEP_LOOP),
     ("steps", "8x2", "all"): Measurement(-0.332, _STEP_LOOP),
     ("steps", "16x1", "all"): Measurement(-0.308, _STEP_LOOP),
