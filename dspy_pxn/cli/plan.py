@@ -165,8 +165,8 @@ def plan_command(args: argparse.Namespace) -> int:
     print("\nSettings on the front (no other is both faster and deeper) first, fastest first, and BatchedGEPA's\n"
           "defaults; generations are the times the pool grows, the depth a search can reach at this budget.\n"
           "The model predicts time, not quality: 'held-out' is the setting's held-out score minus dspy.GEPA's as the\n"
-          "benchmarks measured it (paired by seed, pooled over landscapes; docs/benchmarks.md), 'at W k' where measured on\n"
-          "another pool (not picked here), or 'never measured'.\n")
+          "benchmarks measured it (paired by seed, pooled over landscapes; docs/benchmarks.md), 'at W k' where\n"
+          "measured on another pool (not picked here), or 'never measured'.\n")
     print("| rank | schedule | P×N | selection | predicted wall | x floor | generations | iterations | binds | front "
           "| held-out |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")

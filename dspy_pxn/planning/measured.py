@@ -5,8 +5,9 @@ dspy.GEPA's held-out score (16 proposals a step in the step loop lost 0.27-0.35 
 counts as measured when a results file in ``benchmarks/results/`` holds its held-out score over independent seeds
 at equal budget, paired by seed with dspy.GEPA's (or 1×1's, dspy.GEPA's own search candidate for candidate), *as
 the code stands*: a measurement made before a default it depends on changed (the screening minibatch, staged
-screening) is not kept here, since it describes another search. Keys are (schedule, P×N, selection label);
-``"auto"`` is ``p="auto"``, the width following the pool (the defaults).
+screening) is not kept here, since it describes another search, nor relied on for another pool than it was
+measured on (``Measurement.pools``). Keys are (schedule, P×N, selection label); ``"auto"`` is ``p="auto"``, the
+width following the pool (the defaults).
 """
 
 from __future__ import annotations
