@@ -52,11 +52,15 @@ from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
 from dspy_pxn.cli.plan import ASSUMED_ACCEPTANCE
 from dspy_pxn.engine import width as widths
+from dspy_pxn.engine.run import search_plan
 from dspy_pxn.engine.width import auto_width, rows_reflection_reads, screening_minibatch
 from dspy_pxn.ledger.budget import RunShape
 from dspy_pxn.ledger.prices import token_prices, use_bundled_price_maps
 from dspy_pxn.planning import RuntimeModel
 from dspy_pxn.planning.spread import batch_seconds, mean_factor, sigma_of, slowest_factor
+from dspy_pxn.proposer import selection as selections
+from dspy_pxn.settings import Settings
+from dspy_pxn.teleprompter import DEFAULTS
 from dspy_pxn.testing.bill import PRICE_PAIR, dollars, from_server, from_simulated
 from dspy_pxn.testing.landscape import Landscape, resolve_landscape
 
@@ -91,9 +95,11 @@ def as_schedule(config: str) -> str:
     minibatch, p = settings.get("reflection_minibatch_size"), settings.get("p")
     if p is None:
         schedule = CLASS_SWAP["BatchedGEPA"]
-    else:  # one proposal at a time runs gepa's own loop, validating its improving child
-        loop = settings.get("schedule", "steps" if p == 1 else "async")
-        schedule = f"{loop} {p}x1 {settings.get('selection', 'all' if p == 1 else 'merge')}"
+    else:  # what BatchedGEPA runs at this width: gepa's own loop at one proposal, else the async merge
+        given = {name: value for name, value in settings.items() if name != "equal_dollars"}
+        chosen = Settings.of({**DEFAULTS, "metric": None, "reflection_lm": dspy.LM("openai/unused"), **given})
+        loop, selection = search_plan(chosen, p)
+        schedule = f"{loop} {p}x1 {selections.label(selection)}"
     return schedule + (f" m{minibatch}" if minibatch else "")
 
 # p99/p50 of each latency model's call times (dspy_pxn.testing.latency); the planner has no straggler model.
