@@ -239,7 +239,7 @@ def test_plan_command_prints_a_ranked_table(capsys):
     rows = [line for line in out.splitlines() if line.startswith("| ") and line[2].isdigit()]
     # Wider is faster and shallower: all three are on the front, fastest first.
     assert [row.split("|")[3].strip() for row in rows] == ["8×1", "2×2", "1×1"]
-    assert all(row.split("|")[10].strip() == "yes" for row in rows)
+    assert all(row.split("|")[11].strip() == "yes" for row in rows)
     assert "assumed" in out and "floor" in out
 
 
@@ -381,3 +381,48 @@ def test_every_held_out_figure_the_planner_holds_is_its_results_file_s():
         assert len(differences) >= 10, key  # independent seeds, on more than one landscape
         assert MEASURED[key].held_out == pytest.approx(statistics.mean(differences), abs=0.0015), key
         assert name in MEASURED[key].where
+
+
+# The chain runs the link yield was checked on (W 16, B 600, |val| 30, fixed call times, 10 seeds each): the results
+# file, the config, and how many proposals it keeps in flight.
+CHAIN_RUNS = (
+    ("class_swap_p1_p2.json", "BatchedGEPA p1", 1),
+    ("class_swap_chain_pieces.json", "BatchedGEPA p2 m3", 2), ("class_swap_p1_p2.json", "BatchedGEPA p2", 2),
+    ("class_swap_all_m3.json", "async 3x1 all m3 x", 3), ("class_swap_staged_width.json", "BatchedGEPA p3", 3),
+    ("class_swap_narrower.json", "BatchedGEPA p3 m3", 3), ("class_swap_all_m3.json", "async 4x1 all m3 x", 4),
+    ("class_swap_default.json", "BatchedGEPA", 4), ("class_swap_staged_width.json", "BatchedGEPA p5", 5),
+)
+
+
+def test_the_link_yield_is_what_the_chain_measured_at_every_width():
+    """Depth per reflection call on the chain landscape, one at a time and 2-5 side by side, against
+    ``link_yield``'s a/(1 + a(w − 1)) with a measured at one at a time: no parameter is fitted to the wider runs."""
+    results = Path(__file__).parent.parent / "benchmarks" / "results"
+
+    def measured_yield(name: str, config: str) -> float:
+        rows = [r for r in json.loads((results / name).read_text())["tables"]["chain/fixed"]["rows"]
+                if r["config"] == config]
+        assert len(rows) == 10, (name, config)
+        return sum(r["generations"] for r in rows) / sum(r["bill"]["reflection"]["calls"] for r in rows)
+
+    one_at_a_time = measured_yield(*CHAIN_RUNS[0][:2])
+    model = RuntimeModel(task_s=0.2, reflection_s=0.8, acceptance=one_at_a_time)
+    for name, config, in_flight in CHAIN_RUNS[1:]:
+        assert measured_yield(name, config) == pytest.approx(model.link_yield(in_flight), rel=0.12), config
+    assert model.link_yield(1) == pytest.approx(one_at_a_time)
+    assert model.link_yield(4) < model.link_yield(2) < model.link_yield(1)
+
+
+def test_chain_depth_is_the_depth_one_at_a_time_and_less_beside_it():
+    model = RuntimeModel(task_s=0.2, reflection_s=0.8, acceptance=0.18)
+    serial = model.predict(1, 1, SHAPE)
+    assert serial.chain_depth == pytest.approx(serial.generations)
+    staged = RunShape(workers=16, budget=600, val_size=30, minibatch_size=8)
+    depths = [model.predict(k, 1, staged, "merge", "async", reflection_rows=3).chain_depth for k in (2, 4, 8)]
+    assert serial.chain_depth > depths[0] > depths[1] > depths[2] > 0
+    for k in (2, 4, 8):  # never deeper than the windows the run validates
+        wide = model.predict(k, 1, staged, "merge", "async", reflection_rows=3)
+        assert wide.chain_depth <= wide.generations
+    assert RuntimeModel(task_s=0.2, reflection_s=0.8, acceptance=0.0).predict(4, 1, staged, "merge", "async").chain_depth == 0
+    with pytest.raises(ValueError, match="in_flight"):
+        model.link_yield(0)

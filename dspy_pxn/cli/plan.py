@@ -163,20 +163,23 @@ def plan_command(args: argparse.Namespace) -> int:
     if fit_check:
         print(fit_check)
     print("\nSettings on the front (no other is both faster and deeper) first, fastest first, and BatchedGEPA's\n"
-          "defaults; generations are the times the pool grows, the depth a search can reach at this budget.\n"
+          "defaults; generations are the times the pool grows, the depth a search can reach at this budget; chain\n"
+          "depth is what is left of it where each improvement builds on the last (proposals in flight when the\n"
+          "next improvement is found were started before it: on such a task they are lost).\n"
           "The model predicts time, not quality: 'held-out' is the setting's held-out score minus dspy.GEPA's as the\n"
           "benchmarks measured it (paired by seed, pooled over landscapes; docs/benchmarks.md), 'at W k' where\n"
           "measured on another pool (not picked here), or 'never measured'.\n")
-    print("| rank | schedule | P×N | selection | predicted wall | x floor | generations | iterations | binds | front "
-          "| held-out |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| rank | schedule | P×N | selection | predicted wall | x floor | generations | chain depth | iterations | binds "
+          "| front | held-out |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for rank, pr in enumerate(ranked, 1):
         label = "defaults" if same_setting(pr, defaults) else str(rank)
         print(f"| {label} | {pr.schedule} | {pr.p}×{pr.n} | {pr.selection} | {duration(pr.wall_s)} | {pr.x_floor:.2f} "
-              f"| {pr.generations:.1f} | {pr.iterations} | {pr.binding} | {'yes' if pr in front else ''} "
+              f"| {pr.generations:.1f} | {pr.chain_depth:.1f} | {pr.iterations} | {pr.binding} | {'yes' if pr in front else ''} "
               f"| {held_out_cell(pr, same_setting(pr, defaults), shape.workers)} |")
     print(f"\ndefaults: p='auto' runs {pr_name(defaults)} here (one proposal per worker, within the budget): "
-          f"{duration(defaults.wall_s)}, {defaults.x_floor:.2f}x the floor, {defaults.generations:.1f} generations.")
+          f"{duration(defaults.wall_s)}, {defaults.x_floor:.2f}x the floor, {defaults.generations:.1f} generations "
+          f"({defaults.chain_depth:.1f} where each improvement builds on the last; 1×1: {reference.chain_depth:.1f}).")
     print(f"pick {pr_name(pick)}: " + (
         f"the fastest of the defaults and the settings measured to keep dspy.GEPA's held-out score (within "
         f"{-KEEPS_HELD_OUT:g}) with at least {target:.1f} generations (--min-generations; default half of 1×1's): "

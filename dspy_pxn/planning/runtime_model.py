@@ -106,6 +106,9 @@ class Prediction:
     # Generations: how many times the pool grows (steps that validate; async validation windows). At a fixed
     # budget this is the depth a search can reach, which wide steps trade away and a merge buys back.
     generations: float = 0.0
+    # Chain depth: the generations reached where each improvement builds on the last (``RuntimeModel.link_yield``):
+    # what a task of that kind keeps of the depth above. Equal to it one proposal at a time.
+    chain_depth: float = 0.0
 
     @property
     def width(self) -> int:
@@ -151,6 +154,22 @@ class RuntimeModel:
 
     def floor(self, shape: RunShape) -> float:
         return floor_seconds(shape.budget, self.task_s, shape.workers)
+
+    def link_yield(self, in_flight: int) -> float:
+        """The chance that one try adds a link to a chain (a task where each improvement builds on the last) with
+        ``in_flight`` tries running side by side: a/(1 + a·(in_flight − 1)).
+
+        One at a time, a link costs 1/a tries. Side by side, the tries in flight when the next link is found were
+        started from the link before it: on a chain they can only find the link just found, so each link costs
+        the in_flight − 1 of them as well. Measured on the chain landscape (W 16, B 600, 10 seeds each): one link
+        per 5.6 tries one at a time, and 1/(1 + a·(w − 1)) of that yield within 11% at 2, 3, 4 and 5 in flight
+        (docs/benchmark-log.md, "Why no width keeps the chain"). Where improvements are independent the tries
+        beside a found link find other ones, which the sibling merge and the crossover fold in: there width costs
+        no depth, which is ``generations``.
+        """
+        positive_int("in_flight", in_flight, "It is the number of proposals running side by side (P·N).")
+        a = self.acceptance
+        return a / (1.0 + a * (in_flight - 1))
 
     def predict(
         self, p: int, n: int, shape: RunShape, selection: Selection = "all", schedule: str = "steps",
@@ -218,6 +237,7 @@ class RuntimeModel:
             metric_calls=shape.budget - remaining, wall_s=wall, floor_s=floor,
             step_latency_s=step_latency, validation_latency_s=validation_latency, pool_wait_s=pool_wait,
             binding=_binding(wall, floor, step_latency, validation_latency, pool_wait), generations=triggers,
+            chain_depth=triggers,  # a step's tries all start from the same pool: it adds one link at most
         )
 
     def _predict_async(self, p: int, n: int, shape: RunShape, selection: Selection, name: str,
@@ -274,6 +294,7 @@ class RuntimeModel:
         else:
             per_window = proposal_calls * rate * window + kept * V
             generations = max(0.0, budget / per_window)
+            proposals = generations * rate * window
             wall = seed_s + ramp + generations * window + drain
         floor = self.floor(shape)
         return Prediction(
@@ -282,6 +303,7 @@ class RuntimeModel:
             validation_latency_s=seed_s, pool_wait_s=0.0,
             binding="floor" if wall <= FLOOR_BOUND_FACTOR * floor else ("worker pool" if pool_bound else "step latency"),
             schedule="async", generations=generations,
+            chain_depth=min(generations, proposals * self.link_yield(K)),
         )
 
     def plan(
