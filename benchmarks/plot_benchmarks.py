@@ -78,6 +78,9 @@ WIDE = {
           "baseline": ["schedules_wide_w256_1x1_scale05.json", "schedules_wide_w256_1x1_seeds1014.json",
                        "schedules_wide_w256_1x1_lognormal_seeds1014.json"]},
 }
+# p="auto" at W = 256 with today's defaults (screened in stages on ceil(|val|/4) rows, which p="auto" counts in its
+# width: 8 in flight), crossover off, 3 seeds, fixed call times; WIDE's "auto" runs were screened on 3.
+W256_DEFAULTS = "w256_defaults.json"
 CURVES = "curves_w16.json"
 # MLflow's optimize_prompts, each optimizer at its defaults, 30 rows, B = 300, with each run's bill: by setting.
 MLFLOW_BILL = {"untraced, depth": "mlflow_prompts_bill_depth.json", "untraced, breadth": "mlflow_prompts_bill_breadth.json",
@@ -220,6 +223,8 @@ def headlines() -> dict[str, str]:
     four, every = w16("async 4x4 merge"), w16("async 4x4 all")
     best, merge = w16("steps 4x4 best"), w16("steps 4x4 merge")
     w64, w256 = wide(64), wide(256)
+    w256_defaults = {name: cell([W256_DEFAULTS], "async auto merge", WIDE[256]["baseline"], name)
+                     for name in ("depth/fixed", "breadth/fixed")}
     missed = [name for name, c in independent.items() if c.vs_baseline < HELD_OUT_AIM]
     figures = {
         "class swap speedup": span(c.speedup for c in swap.values()) + "×",
@@ -250,6 +255,8 @@ def headlines() -> dict[str, str]:
         "w64 held-out vs dspy.GEPA": signed_span(c.vs_baseline for c in w64.values()),
         "w256 speedup": span(c.speedup for c in w256.values()) + "×",
         "w256 held-out vs dspy.GEPA": signed_span(c.vs_baseline for c in w256.values()),
+        "w256 defaults speedup": span(c.speedup for c in w256_defaults.values()) + "×",
+        "w256 defaults held-out vs dspy.GEPA": signed_span(c.vs_baseline for c in w256_defaults.values()),
     }
     for name in missed:
         c = swap[name]
