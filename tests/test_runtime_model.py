@@ -423,6 +423,7 @@ def test_chain_depth_is_the_depth_one_at_a_time_and_less_beside_it():
     for k in (2, 4, 8):  # never deeper than the windows the run validates
         wide = model.predict(k, 1, staged, "merge", "async", reflection_rows=3)
         assert wide.chain_depth <= wide.generations
-    assert RuntimeModel(task_s=0.2, reflection_s=0.8, acceptance=0.0).predict(4, 1, staged, "merge", "async").chain_depth == 0
+    never = RuntimeModel(task_s=0.2, reflection_s=0.8, acceptance=0.0)
+    assert never.predict(4, 1, staged, "merge", "async").chain_depth == 0
     with pytest.raises(ValueError, match="in_flight"):
         model.link_yield(0)

@@ -169,13 +169,14 @@ def plan_command(args: argparse.Namespace) -> int:
           "The model predicts time, not quality: 'held-out' is the setting's held-out score minus dspy.GEPA's as the\n"
           "benchmarks measured it (paired by seed, pooled over landscapes; docs/benchmarks.md), 'at W k' where\n"
           "measured on another pool (not picked here), or 'never measured'.\n")
-    print("| rank | schedule | P×N | selection | predicted wall | x floor | generations | chain depth | iterations | binds "
-          "| front | held-out |")
+    print("| rank | schedule | P×N | selection | predicted wall | x floor | generations | chain depth | iterations "
+          "| binds | front | held-out |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for rank, pr in enumerate(ranked, 1):
         label = "defaults" if same_setting(pr, defaults) else str(rank)
         print(f"| {label} | {pr.schedule} | {pr.p}×{pr.n} | {pr.selection} | {duration(pr.wall_s)} | {pr.x_floor:.2f} "
-              f"| {pr.generations:.1f} | {pr.chain_depth:.1f} | {pr.iterations} | {pr.binding} | {'yes' if pr in front else ''} "
+              f"| {pr.generations:.1f} | {pr.chain_depth:.1f} | {pr.iterations} | {pr.binding} "
+              f"| {'yes' if pr in front else ''} "
               f"| {held_out_cell(pr, same_setting(pr, defaults), shape.workers)} |")
     print(f"\ndefaults: p='auto' runs {pr_name(defaults)} here (one proposal per worker, within the budget): "
           f"{duration(defaults.wall_s)}, {defaults.x_floor:.2f}x the floor, {defaults.generations:.1f} generations "
