@@ -240,8 +240,9 @@ def headlines() -> dict[str, str]:
         **{f"pay more {what} ×": span((bill_ratio([BEFORE_STAGING], PAY_MORE, name, read, [CLASS_SWAP])
                                        for name in more), 2) + "×" for what, read in BILL.items()},
         "every improver speedup": span(c.speedup for c in every_improver.values()) + "×",
-        **{f"every improver {what} ×": span((bill_ratio(list(EVERY_IMPROVER), EVERY_IMPROVER_CONFIG, name, read, [CLASS_SWAP])
-                                         for name in every_improver), 2) + "×" for what, read in BILL.items()},
+        **{f"every improver {what} ×": span((bill_ratio(list(EVERY_IMPROVER), EVERY_IMPROVER_CONFIG, name, read,
+                                                        [CLASS_SWAP]) for name in every_improver), 2) + "×"
+           for what, read in BILL.items()},
         "w16 4x4 speedup": span(c.speedup for c in four.values()) + "×",
         "w16 4x4 held-out vs dspy.GEPA": signed_span(c.vs_baseline for c in four.values()),
         "w16 all speedup": span(c.speedup for c in every.values()) + "×",
