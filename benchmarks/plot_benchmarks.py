@@ -81,6 +81,9 @@ WIDE = {
 # p="auto" at W = 256 with today's defaults (screened in stages on ceil(|val|/4) rows, which p="auto" counts in its
 # width: 8 in flight), crossover off, 3 seeds, fixed call times; WIDE's "auto" runs were screened on 3.
 W256_DEFAULTS = "w256_defaults.json"
+# The bill at W = 256 (3 seeds, fixed call times): dspy.GEPA 1×1 rerun for it, and p="auto" screened on 3 (the
+# setting WIDE's "auto" runs measured) beside the defaults' runs above.
+W256_BILL_BASELINE, W256_SCREENED_ON_3 = "w256_1x1_bill.json", "w256_screened_on_3_bill.json"
 CURVES = "curves_w16.json"
 # MLflow's optimize_prompts, each optimizer at its defaults, 30 rows, B = 300, with each run's bill: by setting.
 MLFLOW_BILL = {"untraced, depth": "mlflow_prompts_bill_depth.json", "untraced, breadth": "mlflow_prompts_bill_breadth.json",
@@ -183,6 +186,13 @@ BILL = {"reflection calls": lambda r: r["bill"]["reflection"]["calls"],
         "reflection tokens in": lambda r: r["bill"]["reflection"]["prompt"], "dollars": lambda r: r["usd"]}
 
 
+def w256_bill(file: str, config: str, name: str, read) -> float:
+    """The mean of ``read(row)`` for ``config`` over dspy.GEPA 1×1's at W = 256, in one cell, over the seeds both ran."""
+    mine, base = rows([file], config, name), rows([W256_BILL_BASELINE], BASELINE, name)
+    seeds = sorted(set(mine) & set(base))
+    return statistics.mean(read(mine[s]) for s in seeds) / statistics.mean(read(base[s]) for s in seeds)
+
+
 def pooled(cells: dict[str, Cell]) -> str:
     """The held-out difference with dspy.GEPA over every seed of ``cells``, paired, with its standard error."""
     differences = [d for c in cells.values() for d in c.paired]
@@ -258,6 +268,11 @@ def headlines() -> dict[str, str]:
         "w256 held-out vs dspy.GEPA": signed_span(c.vs_baseline for c in w256.values()),
         "w256 defaults speedup": span(c.speedup for c in w256_defaults.values()) + "×",
         "w256 defaults held-out vs dspy.GEPA": signed_span(c.vs_baseline for c in w256_defaults.values()),
+        **{f"w256 {setting} {what} ×": span((w256_bill(file, config, name, read)
+                                             for name in ("depth/fixed", "breadth/fixed")), 2) + "×"
+           for setting, file, config in (("defaults", W256_DEFAULTS, "async auto merge"),
+                                         ("screened on 3", W256_SCREENED_ON_3, "async auto merge m3"))
+           for what, read in BILL.items()},
     }
     for name in missed:
         c = swap[name]
