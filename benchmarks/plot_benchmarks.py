@@ -175,22 +175,17 @@ def swap_baseline(files: tuple[str, ...]) -> str:
     return files[0] if has_its_own else CLASS_SWAP
 
 
-def bill_ratio(files: list[str], config: str, name: str, read, baseline_files: list[str] | None = None) -> float:
-    """The mean of ``read(row)`` for ``config`` over dspy.GEPA's, in one cell, over the seeds both ran."""
-    mine, base = rows(files, config, name), rows(baseline_files or files, CLASS_SWAP_BASELINE, name)
+def bill_ratio(files: list[str], config: str, name: str, read, baseline_files: list[str] | None = None,
+               baseline: str = CLASS_SWAP_BASELINE) -> float:
+    """The mean of ``read(row)`` for ``config`` over ``baseline``'s (dspy.GEPA's), in one cell, over the seeds both
+    ran."""
+    mine, base = rows(files, config, name), rows(baseline_files or files, baseline, name)
     seeds = sorted(set(mine) & set(base))
     return statistics.mean(read(mine[s]) for s in seeds) / statistics.mean(read(base[s]) for s in seeds)
 
 
 BILL = {"reflection calls": lambda r: r["bill"]["reflection"]["calls"],
         "reflection tokens in": lambda r: r["bill"]["reflection"]["prompt"], "dollars": lambda r: r["usd"]}
-
-
-def w256_bill(file: str, config: str, name: str, read) -> float:
-    """The mean of ``read(row)`` for ``config`` over dspy.GEPA 1×1's at W = 256, in one cell, over the seeds both ran."""
-    mine, base = rows([file], config, name), rows([W256_BILL_BASELINE], BASELINE, name)
-    seeds = sorted(set(mine) & set(base))
-    return statistics.mean(read(mine[s]) for s in seeds) / statistics.mean(read(base[s]) for s in seeds)
 
 
 def pooled(cells: dict[str, Cell]) -> str:
@@ -268,7 +263,7 @@ def headlines() -> dict[str, str]:
         "w256 held-out vs dspy.GEPA": signed_span(c.vs_baseline for c in w256.values()),
         "w256 defaults speedup": span(c.speedup for c in w256_defaults.values()) + "×",
         "w256 defaults held-out vs dspy.GEPA": signed_span(c.vs_baseline for c in w256_defaults.values()),
-        **{f"w256 {setting} {what} ×": span((w256_bill(file, config, name, read)
+        **{f"w256 {setting} {what} ×": span((bill_ratio([file], config, name, read, [W256_BILL_BASELINE], BASELINE)
                                              for name in ("depth/fixed", "breadth/fixed")), 2) + "×"
            for setting, file, config in (("defaults", W256_DEFAULTS, "async auto merge"),
                                          ("screened on 3", W256_SCREENED_ON_3, "async auto merge m3"))
