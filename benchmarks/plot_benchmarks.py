@@ -195,9 +195,12 @@ def pooled(cells: dict[str, Cell]) -> str:
     return f"{signed(statistics.mean(differences), 3)} (se {se:.3f})"
 
 
-def wide(workers: int) -> dict[str, Cell]:
+def wide(workers: int, auto: list[str] | None = None) -> dict[str, Cell]:
+    """p="auto" against dspy.GEPA 1×1 on a wide pool, in each cell its runs (WIDE's, or ``auto``'s) measured."""
     files = WIDE[workers]
-    return {name: cell(files["auto"], "async auto merge", files["baseline"], name) for name in CELLS}
+    auto = auto or files["auto"]
+    return {name: cell(auto, "async auto merge", files["baseline"], name) for name in CELLS
+            if rows(auto, "async auto merge", name)}
 
 
 def span(values: Iterable[float], digits: int = 1) -> str:
@@ -228,8 +231,7 @@ def headlines() -> dict[str, str]:
     four, every = w16("async 4x4 merge"), w16("async 4x4 all")
     best, merge = w16("steps 4x4 best"), w16("steps 4x4 merge")
     w64, w256 = wide(64), wide(256)
-    w256_defaults = {name: cell([W256_DEFAULTS], "async auto merge", WIDE[256]["baseline"], name)
-                     for name in ("depth/fixed", "breadth/fixed")}
+    w256_defaults = wide(256, [W256_DEFAULTS])
     missed = [name for name, c in independent.items() if c.vs_baseline < HELD_OUT_AIM]
     figures = {
         "class swap speedup": span(c.speedup for c in swap.values()) + "×",
@@ -264,7 +266,7 @@ def headlines() -> dict[str, str]:
         "w256 defaults speedup": span(c.speedup for c in w256_defaults.values()) + "×",
         "w256 defaults held-out vs dspy.GEPA": signed_span(c.vs_baseline for c in w256_defaults.values()),
         **{f"w256 {setting} {what} ×": span((bill_ratio([file], config, name, read, [W256_BILL_BASELINE], BASELINE)
-                                             for name in ("depth/fixed", "breadth/fixed")), 2) + "×"
+                                             for name in w256_defaults), 2) + "×"
            for setting, file, config in (("defaults", W256_DEFAULTS, "async auto merge"),
                                          ("screened on 3", W256_SCREENED_ON_3, "async auto merge m3"))
            for what, read in BILL.items()},
