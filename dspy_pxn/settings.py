@@ -21,7 +21,7 @@ from dspy_pxn.engine.width import AUTO
 from dspy_pxn.ledger.limiter import LMCallLimiter, limiter_for
 from dspy_pxn.pools import WorkerPool
 from dspy_pxn.proposer import selection as selections
-from dspy_pxn.schedules.sampling import CANDIDATE_SELECTORS, component_selector
+from dspy_pxn.engine.sampling import CANDIDATE_SELECTORS, component_selector
 from dspy_pxn.targets.program import metrics
 
 

@@ -25,7 +25,7 @@ from dspy_pxn.engine.tracker import Tracker
 from dspy_pxn.engine.width import AUTO
 from dspy_pxn.ledger.limiter import LMCallLimiter
 from dspy_pxn.pools import WorkerPool
-from dspy_pxn.schedules import SCHEDULES
+from dspy_pxn.schedules import search
 from dspy_pxn.settings import Settings
 from dspy_pxn.targets.program.target import ProgramTarget
 
@@ -242,7 +242,7 @@ class BatchedGEPA(dspy.GEPA):
             logger.warning("%s", nothing)
             return student.deepcopy()
         with run.resources() as live:
-            gepa_result = SCHEDULES[run.schedule].run(run, live)
+            gepa_result = search(run, live)
             return target.result(run, gepa_result, live, run.ended(gepa_result, live))
 
 

@@ -20,7 +20,7 @@ def test_every_listener_hears_an_event_in_order_and_the_others_are_no_ops():
     first, second = Heard("first", log), Heard("second", log)
     events = StepEvents([first])
     events.add(second)
-    events.add(Heard("zeroth", log), before=first)
+    events.add(Heard("zeroth", log), first=True)
     events.evaluated("screening", 0.1, 6, 1)
     events.tasks_sampled([])  # nobody overrides it: heard by nobody, fails nowhere
     assert log == [("zeroth", "screening", 6, 1), ("first", "screening", 6, 1), ("second", "screening", 6, 1)]

@@ -77,14 +77,13 @@ class StepEvents(StepListener):
         for listener in listeners:
             self.add(listener)
 
-    def add(self, listener: StepListener, *, before: StepListener | None = None) -> None:
-        """Tell ``listener`` every event from now on: last, or just ``before`` a listener already added."""
+    def add(self, listener: StepListener, *, first: bool = False) -> None:
+        """Tell ``listener`` every event from now on: after the listeners already added, or before them (``first``)."""
         if not isinstance(listener, StepListener):
             raise TypeError(f"{listener!r} is not a dspy_pxn.engine.events.StepListener: subclass it and override "
                             "the events it hears.")
         with self.lock:
-            position = self.listeners.index(before) if before is not None else len(self.listeners)
-            self.listeners.insert(position, listener)
+            self.listeners.insert(0 if first else len(self.listeners), listener)
 
     def _tell(self, event: str, *args: Any) -> None:
         with self.lock:

@@ -49,7 +49,8 @@ class PooledAdapter(StepListener):
     _DRIVER_ONLY = ("pool", "events", "_lock", "_replays", "_traced_batches", "_step_phase", "checkpoint",
                     "_evaluations", "_first_evaluation_checked")
 
-    def start_pooling(self, pool: WorkerPool | None, events: StepEvents | None) -> None:
+    def start_pooling(self, pool: WorkerPool | None, events: StepEvents | None,
+                      checkpoint: Checkpoint | None = None) -> None:
         self.pool = pool
         self.events = events or StepEvents()
         self._traced_batches: set[tuple[str, tuple[int, ...]]] = set()
@@ -57,7 +58,7 @@ class PooledAdapter(StepListener):
         self._replays: dict[tuple[str, tuple[int, ...]], EvaluationBatch] = {}
         self._lock = threading.Lock()
         # Strategy state saved with gepa's own state file (dspy_pxn.engine.resume); None: nothing to save.
-        self.checkpoint: Checkpoint | None = None
+        self.checkpoint = checkpoint
         # The run's first evaluation (the seed on the valset) shows whether the program and metric work at all.
         self._first_evaluation_checked = False
         self._evaluations = itertools.count()  # each evaluation is its own (dspy.GEPA builds a program per one)

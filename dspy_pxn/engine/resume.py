@@ -72,7 +72,7 @@ Checkpoint = tuple[Callable[[], dict[str, Any]], Callable[[dict[str, Any]], None
 
 
 class Positioned(Protocol):
-    """What a checkpoint saves of a sampler (``schedules.sampling.SequentialMinibatchSampler``) and restores."""
+    """What a checkpoint saves of a sampler (``engine.sampling.SequentialMinibatchSampler``) and restores."""
 
     def position(self) -> dict[str, Any]: ...
 

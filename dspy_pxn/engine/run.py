@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from dspy_pxn.engine.description import RunDescription, digest, lm_name, resume_
 from dspy_pxn.engine.events import StepEvents
 from dspy_pxn.engine.pooled_adapter import PooledAdapter
 from dspy_pxn.engine.records import StepLog, StepRecorder
+from dspy_pxn.engine.sampling import SequentialMinibatchSampler
 from dspy_pxn.engine.target import Target
 from dspy_pxn.engine.tracker import TrackedRun, effective_tracker, quietly, start_tracked_run
 from dspy_pxn.engine.width import AUTO, REFLECTION_EXAMPLES, auto_parents, rows_reflection_reads, screening_minibatch
@@ -137,14 +139,20 @@ class Run:
                        *(c.on_step_record for c in settings.callbacks if callable(getattr(c, "on_step_record", None)))],
             )
             events = StepEvents([ledger, recorder], stop=ledger)
-            adapter = self.target.adapter(settings, pool, events, self.reflection_examples)
+            # One generator for parent selection, minibatches and the crossover, as gepa.optimize makes, so a 1×1
+            # run draws dspy.GEPA's parents and minibatches; the sampler's position and generator are saved with
+            # gepa's state through the adapter's state hook, as the adapter's own (engine.resume).
+            rng = random.Random(settings.seed)
+            sampler = SequentialMinibatchSampler(self.minibatch_size, rng)
+            adapter = self.target.adapter(settings, pool, events, self.reflection_examples, resume.checkpoint(
+                resume_settings(self.description), sampler, ledger.spent_usd))
             if self.saved_state is not None:
                 self._resume(adapter, recorder, step_log)
             checks.warn_if_no_timeout("reflection", self.reflection_lm)
             run_lms = (self.reflection_lm, *self.target.lms())
             with caps_gate.installed(caps), limiter.installed(settings.lm_limiter), feed.feeding(ledger, run_lms):
                 ledger.start(pool.num_workers)  # the run's clock: the deadline counts from now
-                yield Live(pool, ledger, caps, tracked_run, recorder, events, adapter,
+                yield Live(pool, ledger, caps, tracked_run, recorder, events, adapter, rng, sampler,
                            gepa_callbacks=[*(tracked_run.gepa_callbacks if tracked_run else []), *settings.callbacks])
         except BaseException as error:
             if tracked_run is not None:
@@ -196,6 +204,8 @@ class Live:
     recorder: StepRecorder  # one StepRecord per step, to the step log, the user's sinks and the tracked run
     events: StepEvents  # the step events, heard by the recorder (and whatever a schedule adds)
     adapter: PooledAdapter  # every rollout of the run, on the pool
+    rng: random.Random  # parent selection's, the minibatches' and the crossover's, as in gepa.optimize
+    sampler: SequentialMinibatchSampler  # each proposal's minibatch; its position is saved for resume
     gepa_callbacks: list[Any]  # the tracked run's and the user's gepa callbacks (the recorder is not one of them)
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from dspy_pxn.engine.events import StepEvents
 from dspy_pxn.engine.pooled_adapter import PooledAdapter
+from dspy_pxn.engine.resume import Checkpoint
 from dspy_pxn.pools import WorkerPool
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ class Target(Protocol):
     def lms(self) -> tuple[Any, ...]:
         """The task's LMs and whatever holds them (``feed.reachable_lms`` roots): their calls are the run's."""
 
-    def adapter(self, settings: Settings, pool: WorkerPool, events: StepEvents, reflection_examples: int
-                ) -> PooledAdapter:
-        """The run's adapter; reflection reads the ``reflection_examples`` lowest-scoring rows of a screening."""
+    def adapter(self, settings: Settings, pool: WorkerPool, events: StepEvents, reflection_examples: int,
+                checkpoint: Checkpoint) -> PooledAdapter:
+        """The run's adapter; reflection reads the ``reflection_examples`` lowest-scoring rows of a screening, and
+        ``checkpoint`` rides in gepa's state as the adapter's own (``engine.resume``)."""

@@ -73,7 +73,7 @@ from dspy_pxn.ledger.budget import Reservation
 from dspy_pxn.ledger.caps import CapReached
 from dspy_pxn.proposer import selection as selections
 from dspy_pxn.schedules.crossover import MERGE_TAG, AsyncCrossover
-from dspy_pxn.schedules.parts import degraded, gepa_parts
+from dspy_pxn.schedules.parts import GepaParts, degraded
 from dspy_pxn.schedules.strategies import selected_within, stopper_telling
 from dspy_pxn.schedules.windows import Validated, Windows, valset_evaluation
 
@@ -107,16 +107,21 @@ class AsyncSchedule:
     """Runs the search with P·N proposals in flight; one instance per run."""
 
     @classmethod
-    def run(cls, run: Run, live: Live) -> GEPAResult:
-        state = cls(run, live).search()
+    def run(cls, run: Run, live: Live, parts: GepaParts) -> GEPAResult:
+        state = cls(run, live, parts).search()
         return GEPAResult.from_state(state, run_dir=run.settings.log_dir, seed=run.settings.seed)
 
-    def __init__(self, run: Run, live: Live):
+    def __init__(self, run: Run, live: Live, parts: GepaParts):
         self.run, self.live, self.guard = run, live, run.guard
-        self.parts = gepa_parts(run, live)
+        self.parts = parts
         self.width = run.p * run.n
         self.trainset, self.valset = ensure_loader(run.trainset), ensure_loader(run.valset)
-        self.windows = Windows(run, live, self.trainset, self.valset)
+        settings = run.settings
+        self.windows = Windows(
+            live.adapter, live.events, live.recorder, run.guard, live.gepa_callbacks, seed_candidate=run.seed_candidate,
+            trainset=self.trainset, valset=self.valset, log_dir=settings.log_dir,
+            track_best_outputs=settings.track_best_outputs,
+            use_cloudpickle=bool(settings.gepa_kwargs.get("use_cloudpickle")))
         # Every read or write of the state and the reservations, and every step event, under one lock:
         # a screening's rollouts and the metric calls they cost land in the same window.
         self.lock = live.events.lock
@@ -129,7 +134,6 @@ class AsyncSchedule:
         # their parent (``_Pending``; see the module docstring).
         self.pending: dict[int, _Pending] = {}
         self.latest: _Pending | None = None
-        settings = run.settings
         self.crossover = AsyncCrossover(
             live.adapter, self.valset, run.guard, self.lock, self.parts.rng, settings.max_merge_invocations,
             settings.gepa_kwargs.get("merge_val_overlap_floor", 5), live.gepa_callbacks,

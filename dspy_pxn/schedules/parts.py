@@ -9,20 +9,18 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gepa.proposer.reflective_mutation.base import CandidateSelector
 from gepa.strategies.proposal_selection import SelectionStrategy
 
-from dspy_pxn.engine.description import resume_settings
-from dspy_pxn.engine.resume import checkpoint
+from dspy_pxn.engine.events import StepEvents
+from dspy_pxn.engine.pooled_adapter import PooledAdapter
+from dspy_pxn.engine.sampling import CANDIDATE_SELECTORS, SequentialMinibatchSampler, component_selector
+from dspy_pxn.pools import WorkerPool
 from dspy_pxn.proposer import selection as selections
 from dspy_pxn.proposer.reflection import PooledReflection
 from dspy_pxn.proposer.sibling_merge import SiblingMerge
-from dspy_pxn.schedules.sampling import CANDIDATE_SELECTORS, SequentialMinibatchSampler, component_selector
-
-if TYPE_CHECKING:  # types only: the run imports the schedules, never the other way round
-    from dspy_pxn.engine.run import Live, Run
 
 
 @dataclass(frozen=True)
@@ -35,29 +33,27 @@ class GepaParts:
     selection: SelectionStrategy  # all | best | top-k | sibling merge; each schedule caps it to its budget
 
 
-def gepa_parts(run: Run, live: Live) -> GepaParts:
-    settings = run.settings
-    # One RNG shared by parent selection and minibatch shuffling, as gepa.optimize does,
-    # so a 1×1 run draws the same parents and minibatches as dspy.GEPA.
-    rng = random.Random(settings.seed)
-    sampler = SequentialMinibatchSampler(run.minibatch_size, rng)
-    # Their state is saved with gepa's, through the adapter's state hook (dspy_pxn.engine.resume).
-    live.adapter.checkpoint = checkpoint(resume_settings(run.description), sampler, live.ledger.spent_usd)
-    selector = settings.candidate_selection_strategy
-    reflection = PooledReflection(live.adapter, run.reflection_lm, live.pool, live.events)
-    if run.selection in selections.MERGES:
+def gepa_parts(rng: random.Random, sampler: SequentialMinibatchSampler, *, candidate_selection_strategy: Any,
+               selected_component: Any, selection: Any, reflection_lm: Any, adapter: PooledAdapter, pool: WorkerPool,
+               events: StepEvents, code_components: tuple[str, ...]) -> GepaParts:
+    """The parts, from the run's generator and sampler (``Run.resources`` makes them, one generator for parent
+    selection and minibatches, as gepa.optimize, so a 1×1 run draws dspy.GEPA's parents and minibatches), the
+    arguments that name gepa's selectors (``candidate_selection_strategy``, ``selected_component``: BatchedGEPA's
+    ``component_selector``) and the run's ``selection``."""
+    reflection = PooledReflection(adapter, reflection_lm, pool, events)
+    if selection in selections.MERGES:
         # Written by a user's own instruction proposer where there is one (it writes every instruction the run
         # validates), else by the reflection LM from our merge prompt, in the adapter's reflections' reply format.
-        selection = SiblingMerge(live.pool, run.reflection_lm, live.adapter.MERGE_FORMATS,
-                                 proposer=reflection if reflection.custom_instructions else None,
-                                 code_components=run.code_components, keep_best=run.selection == "merge+best",
-                                 events=live.events)
+        strategy = SiblingMerge(pool, reflection_lm, adapter.MERGE_FORMATS,
+                                proposer=reflection if reflection.custom_instructions else None,
+                                code_components=code_components, keep_best=selection == "merge+best", events=events)
     else:
-        selection = selections.strategy(run.selection)
+        strategy = selections.strategy(selection)
+    selector = candidate_selection_strategy
     return GepaParts(
         rng=rng, candidate_selector=CANDIDATE_SELECTORS[selector](rng) if isinstance(selector, str) else selector,
-        sampler=sampler, component_selector=component_selector(settings.component_selector), reflection=reflection,
-        selection=selection,
+        sampler=sampler, component_selector=component_selector(selected_component), reflection=reflection,
+        selection=strategy,
     )
 
 

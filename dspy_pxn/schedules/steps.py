@@ -29,7 +29,7 @@ from gepa.core.result import GEPAResult
 from gepa.core.state import GEPAState
 
 from dspy_pxn.ledger.caps import CapReached, seed_validation_paid
-from dspy_pxn.schedules.parts import GepaParts, degraded, gepa_parts
+from dspy_pxn.schedules.parts import GepaParts, degraded
 from dspy_pxn.schedules.strategies import (
     BudgetCappedSelection,
     CapsStopper,
@@ -48,8 +48,8 @@ class StepSchedule:
     """Runs the search as ``gepa.optimize``; every step waits for its slowest rollout."""
 
     @staticmethod
-    def run(run: Run, live: Live) -> GEPAResult:
-        settings, parts = run.settings, gepa_parts(run, live)
+    def run(run: Run, live: Live, parts: GepaParts) -> GEPAResult:
+        settings = run.settings
         # gepa's loop does not say which evaluations are the parents' or which phase a step is in:
         # the adapter follows the step's events.
         live.events.add(live.adapter)

@@ -16,7 +16,7 @@ import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dspy.teleprompt.gepa.gepa_utils import LoggerAdapter
 from gepa.core.callbacks import (
@@ -40,11 +40,11 @@ from gepa.core.state import GEPAState, ValsetEvaluation, initialize_gepa_state
 from gepa.proposer.base import CandidateProposal
 
 from dspy_pxn.engine.candidates import FULL_EVALUATION, best_program
-from dspy_pxn.engine.events import Phase, StepListener, override
+from dspy_pxn.engine.events import Phase, StepEvents, StepListener, override
+from dspy_pxn.engine.pooled_adapter import PooledAdapter
+from dspy_pxn.engine.records import StepRecorder
+from dspy_pxn.ledger.budget import BudgetGuard
 from dspy_pxn.ledger.caps import seed_validation_paid
-
-if TYPE_CHECKING:  # types only: the run imports the schedules, never the other way round
-    from dspy_pxn.engine.run import Live, Run
 
 logger = logging.getLogger(__name__)
 
@@ -64,42 +64,45 @@ class Validated:
 class Windows(StepListener):
     """The run's gepa state, kept as gepa's engine keeps it, one window at a time; one instance per run."""
 
-    def __init__(self, run: Run, live: Live, trainset: DataLoader, valset: DataLoader):
-        self.run, self.live, self.trainset, self.valset = run, live, trainset, valset
-        self.lock = live.events.lock
+    def __init__(self, adapter: PooledAdapter, events: StepEvents, recorder: StepRecorder, guard: BudgetGuard,
+                 gepa_callbacks: Sequence[Any], *, seed_candidate: dict[str, str], trainset: DataLoader,
+                 valset: DataLoader, log_dir: str | None, track_best_outputs: bool, use_cloudpickle: bool):
+        self.adapter, self.events, self.recorder, self.guard = adapter, events, recorder, guard
+        self.gepa_callbacks, self.seed_candidate = gepa_callbacks, seed_candidate
+        self.trainset, self.valset = trainset, valset
+        self.log_dir, self.track_best_outputs, self.use_cloudpickle = log_dir, track_best_outputs, use_cloudpickle
+        self.lock = events.lock
         self.state: GEPAState | None = None
         self.open = False  # the current window has had an event, and gepa has been told its iteration began
         self.accepted_in_window = False
 
     def _tell(self, method: str, event: Any) -> None:
         with self.lock:
-            notify_callbacks(self.live.gepa_callbacks, method, event)
+            notify_callbacks(self.gepa_callbacks, method, event)
 
     # ------------------------------------------------------------------------------ the run's ends
     def begin(self, config: dict[str, Any]) -> GEPAState:
         """The seed validated on the valset, or the saved state a resumed run continues (gepa's own rule)."""
-        run, live = self.run, self.live
         self._tell("on_optimization_start", OptimizationStartEvent(
-            seed_candidate=run.seed_candidate, trainset_size=len(self.trainset), valset_size=len(self.valset),
+            seed_candidate=self.seed_candidate, trainset_size=len(self.trainset), valset_size=len(self.valset),
             config=config))
         ids = list(self.valset.all_ids())
         with seed_validation_paid():
-            evaluation = live.adapter.evaluate(self.valset.fetch(ids), run.seed_candidate, phase="validation")
-        settings = run.settings
+            evaluation = self.adapter.evaluate(self.valset.fetch(ids), self.seed_candidate, phase="validation")
         state = self.state = initialize_gepa_state(
-            run_dir=settings.log_dir, logger=LoggerAdapter(logger), seed_candidate=run.seed_candidate,
-            seed_valset_evaluation=valset_evaluation(ids, evaluation), track_best_outputs=settings.track_best_outputs)
-        live.adapter.set_adapter_state(state.adapter_state)
+            run_dir=self.log_dir, logger=LoggerAdapter(logger), seed_candidate=self.seed_candidate,
+            seed_valset_evaluation=valset_evaluation(ids, evaluation), track_best_outputs=self.track_best_outputs)
+        self.adapter.set_adapter_state(state.adapter_state)
         scores = state.prog_candidate_val_subscores[0]
         self._tell("on_valset_evaluated", ValsetEvaluatedEvent(
             iteration=0, candidate_idx=0, candidate=state.program_candidates[0], scores_by_val_id=dict(scores),
             average_score=FULL_EVALUATION.get_valset_score(0, state), num_examples_evaluated=len(scores),
             total_valset_size=len(ids), parent_ids=[], is_best_program=True, outputs_by_val_id=None))
-        budget = run.guard.max_metric_calls  # from now on every spent metric call is announced too
+        budget = self.guard.max_metric_calls  # from now on every spent metric call is announced too
         state.add_budget_hook(lambda total, delta: self._tell("on_budget_updated", BudgetUpdatedEvent(
             iteration=state.i + 1, metric_calls_used=total, metric_calls_delta=delta,
             metric_calls_remaining=max(0, budget - total))))
-        live.events.add(self, before=live.ledger)  # a window starts before anything counts in it
+        self.events.add(self, first=True)  # a window starts before anything counts in it
         return state
 
     def close(self, unvalidated: Sequence[CandidateProposal]) -> None:
@@ -107,7 +110,7 @@ class Windows(StepListener):
         with self.lock:
             for proposal in unvalidated:
                 self.rejected(proposal, "the run's budget ended before its validation", "improved_not_selected")
-            if self.live.recorder.calls_since_last_record():  # calls whose step event never came (a drain cut
+            if self.recorder.calls_since_last_record():  # calls whose step event never came (a drain cut
                 self._start()  # short by a cap, a reflection that returned as the run ended)
             self._end()
             self._save()
@@ -127,7 +130,7 @@ class Windows(StepListener):
         state = self.state
         state.i += 1
         state.full_program_trace.append({"i": state.i, "schedule": "async"})
-        self.live.recorder.start(state)
+        self.recorder.start(state)
         self._tell("on_iteration_start", IterationStartEvent(iteration=state.i + 1, state=state,
                                                              trainset_loader=self.trainset))
 
@@ -136,15 +139,15 @@ class Windows(StepListener):
         if not self.open:
             return
         self.open = False
-        self.live.recorder.end(self.state)
+        self.recorder.end(self.state)
         self._tell("on_iteration_end", IterationEndEvent(iteration=self.state.i + 1, state=self.state,
                                                          proposal_accepted=self.accepted_in_window))
 
     def _save(self) -> None:
-        settings, state = self.run.settings, self.state
-        state.adapter_state = dict(self.live.adapter.get_adapter_state())
-        state.save(settings.log_dir, use_cloudpickle=bool(settings.gepa_kwargs.get("use_cloudpickle")))
-        self._tell("on_state_saved", StateSavedEvent(iteration=state.i + 1, run_dir=settings.log_dir))
+        state = self.state
+        state.adapter_state = dict(self.adapter.get_adapter_state())
+        state.save(self.log_dir, use_cloudpickle=self.use_cloudpickle)
+        self._tell("on_state_saved", StateSavedEvent(iteration=state.i + 1, run_dir=self.log_dir))
 
     # -- step events: each one starts the window it lands in; rollouts spend what was reserved for them
     @override
@@ -168,7 +171,7 @@ class Windows(StepListener):
         self._start()
         # Calls are spent in the window their rollouts finish in, as the recorder counts them: with two
         # validations in flight, one may finish before the other's candidates join and end the window.
-        self.run.guard.spend(self.state, rollouts)
+        self.guard.spend(self.state, rollouts)
 
     # ------------------------------------------------------------------------------ candidates
     def join(self, validated: Validated) -> list[tuple[CandidateProposal, int]]:
@@ -188,15 +191,15 @@ class Windows(StepListener):
             for proposal, evaluation in zip(validated.selected, validated.evaluations, strict=True):
                 crossed = proposal.tag == MERGE_TAG
                 if crossed:
-                    self.live.recorder.on_merge_attempted({})  # the window's validation is a crossover's
+                    self.recorder.on_merge_attempted({})  # the window's validation is a crossover's
                 front_before = pareto_front(state)
                 state.num_full_ds_evals += 1
                 index = state.update_state_with_new_program(
                     parent_program_idx=proposal.parent_program_ids, new_program=proposal.candidate,
-                    valset_evaluation=evaluation, run_dir=self.run.settings.log_dir,
+                    valset_evaluation=evaluation, run_dir=self.log_dir,
                     num_metric_calls_by_discovery_of_new_program=validated.discovered_at)
                 state.full_program_trace[-1].setdefault("new_program_indices", []).append(index)
-                self.live.recorder.accepted(index)
+                self.recorder.accepted(index)
                 self._validated(index, proposal, evaluation, front_before)
                 if crossed:
                     self._tell("on_merge_accepted", MergeAcceptedEvent(
@@ -209,7 +212,7 @@ class Windows(StepListener):
 
     def _write_candidate_tree(self) -> None:
         """gepa's candidate tree in ``log_dir``, rewritten as each candidate joins, as gepa's engine writes it."""
-        log_dir = self.run.settings.log_dir
+        log_dir = self.log_dir
         if log_dir is None:
             return
         try:

@@ -29,6 +29,7 @@ from gepa.proposer.reflective_mutation.reflection_lm import StatelessReflectionL
 from dspy_pxn import checks
 from dspy_pxn.engine.events import StepEvents
 from dspy_pxn.engine.pooled_adapter import PooledAdapter, Task
+from dspy_pxn.engine.resume import Checkpoint
 from dspy_pxn.pools import WorkerPool
 from dspy_pxn.proposer.reflection import first_text
 from dspy_pxn.targets.mlflow_prompts.evaluation import ConcurrentEvaluation, EvalFn, warn_unread
@@ -77,14 +78,15 @@ class PromptAdapter(PooledAdapter):
     def __init__(self, rollouts: Callable[[Task], RolloutResult], *, val_size: int, failure_score: float,
                  pool: WorkerPool, events: StepEvents | None = None, reflection_prompt_template: Any = None,
                  on_validated: Callable[[dict[str, str], list[Any]], None] | None = None,
-                 prompt_names: Sequence[str] = (), reflection_examples: int | None = None):
+                 prompt_names: Sequence[str] = (), reflection_examples: int | None = None,
+                 checkpoint: Checkpoint | None = None):
         self.rollouts = rollouts
         self.reflection_examples = reflection_examples  # rows of a screening reflection reads (None: all)
         self.prompt_names = tuple(prompt_names)  # the seed's prompts, each of which predict_fn should read
         self.val_size, self.failure_score = val_size, failure_score
         self.reflection_prompt_template = reflection_prompt_template
         self.on_validated = on_validated  # hears each full validation's records (``PromptRunLog``)
-        self.start_pooling(pool, events)
+        self.start_pooling(pool, events, checkpoint)
 
     # -- what a row means ------------------------------------------------------------------
     def to_evaluation_batch(self, candidate: dict[str, str], batch: Sequence[Any], results: list[RolloutResult],

@@ -26,7 +26,7 @@ from dspy_pxn import checks
 from dspy_pxn.engine.run import Run
 from dspy_pxn.engine.width import PROMPT_VALIDATION_WINDOWS, REFLECTION_EXAMPLES, auto_parents
 from dspy_pxn.ledger.budget import RunShape
-from dspy_pxn.schedules import SCHEDULES
+from dspy_pxn.schedules import search
 from dspy_pxn.settings import Settings
 from dspy_pxn.targets.mlflow_prompts.evaluation import ConcurrentEvaluation, EvalFn, self_test, serial_fallback_warning
 from dspy_pxn.targets.mlflow_prompts.run_log import PromptRunLog
@@ -155,7 +155,7 @@ class BatchedGepaPromptOptimizer(_base()):  # type: ignore[misc]
                 logger.warning("%s", nothing)
                 return _unchanged(target_prompts)
             with evaluation.installed() if evaluation is not None else nullcontext(), run.resources() as live:
-                gepa_result = SCHEDULES[run.schedule].run(run, live)
+                gepa_result = search(run, live)
                 output = target.result(run, gepa_result, live, run.ended(gepa_result, live))
         finally:
             if run_log is not None:

@@ -18,6 +18,7 @@ import dspy
 
 from dspy_pxn import checks
 from dspy_pxn.engine.events import StepEvents
+from dspy_pxn.engine.resume import Checkpoint
 from dspy_pxn.engine.target import TargetShape
 from dspy_pxn.pools import WorkerPool
 from dspy_pxn.targets.mlflow_prompts.adapter import PromptAdapter, PromptRollouts, SerialPromptAdapter
@@ -82,11 +83,11 @@ class PromptTarget:
     def lms(self) -> tuple[Any, ...]:
         return ()  # predict_fn's LMs are the user's; the run hears the reflection LM only
 
-    def adapter(self, settings: Settings, pool: WorkerPool, events: StepEvents, reflection_examples: int
-                ) -> PromptAdapter:
+    def adapter(self, settings: Settings, pool: WorkerPool, events: StepEvents, reflection_examples: int,
+                checkpoint: Checkpoint) -> PromptAdapter:
         options: dict[str, Any] = {
             "val_size": self.val_size, "failure_score": settings.failure_score, "pool": pool, "events": events,
-            "reflection_examples": reflection_examples,
+            "reflection_examples": reflection_examples, "checkpoint": checkpoint,
             "reflection_prompt_template": self.reflection_prompt_template,
             "on_validated": self.run_log.validated if self.run_log is not None else None,
             "prompt_names": tuple(self.seed_candidate)}

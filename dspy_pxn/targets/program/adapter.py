@@ -19,6 +19,7 @@ from gepa import EvaluationBatch
 
 from dspy_pxn.engine.events import StepEvents
 from dspy_pxn.engine.pooled_adapter import PooledAdapter
+from dspy_pxn.engine.resume import Checkpoint
 from dspy_pxn.pools import WorkerPool
 from dspy_pxn.pools.memo import lru_memo
 from dspy_pxn.targets.program.rollout import (
@@ -39,10 +40,10 @@ class BatchedAdapter(PooledAdapter, DspyAdapter):
     _DRIVER_ONLY = (*PooledAdapter._DRIVER_ONLY, "rollouts", "_programs")
 
     def __init__(self, *args: Any, pool: WorkerPool, events: StepEvents | None = None,
-                 reflection_examples: int | None = None, **kwargs: Any):
+                 reflection_examples: int | None = None, checkpoint: Checkpoint | None = None, **kwargs: Any):
         DspyAdapter.__init__(self, *args, **kwargs)
         self.reflection_examples = reflection_examples  # rows of a screening reflection reads (None: all)
-        self.start_pooling(pool, events)
+        self.start_pooling(pool, events, checkpoint)
         self._start_rollouts()
 
     def __setstate__(self, state: dict[str, Any]) -> None:

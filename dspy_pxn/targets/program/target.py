@@ -21,6 +21,7 @@ from dspy.teleprompt.gepa.gepa import DspyGEPAResult
 from dspy_pxn import checks
 from dspy_pxn.engine.events import StepEvents
 from dspy_pxn.engine.result import BatchedGEPAResult
+from dspy_pxn.engine.resume import Checkpoint
 from dspy_pxn.engine.target import TargetShape
 from dspy_pxn.engine.tracker import around_compile, quietly
 from dspy_pxn.ledger import feed
@@ -81,8 +82,8 @@ class ProgramTarget:
     def lms(self) -> tuple[Any, ...]:
         return dspy.settings.lm, self.student
 
-    def adapter(self, settings: Settings, pool: WorkerPool, events: StepEvents, reflection_examples: int
-                ) -> BatchedAdapter:
+    def adapter(self, settings: Settings, pool: WorkerPool, events: StepEvents, reflection_examples: int,
+                checkpoint: Checkpoint) -> BatchedAdapter:
         checks.warn_if_no_timeout("task", dspy.settings.lm)
         return BatchedAdapter(
             student_module=self.student, metric_fn=self.metric,
@@ -94,7 +95,7 @@ class ProgramTarget:
             reflection_lm=None,  # PooledReflection sets the reflection LM per call
             custom_instruction_proposer=settings.instruction_proposer, custom_code_proposer=settings.code_proposer,
             warn_on_score_mismatch=settings.warn_on_score_mismatch, reflection_minibatch_size=reflection_examples,
-            pool=pool, events=events, reflection_examples=reflection_examples,
+            pool=pool, events=events, reflection_examples=reflection_examples, checkpoint=checkpoint,
         )
 
     def result(self, run: Run, gepa_result: GEPAResult, live: Live, stopped_by: str) -> Module:
