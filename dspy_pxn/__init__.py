@@ -1,6 +1,6 @@
 """dspy-pxn: DSPy's GEPA with P×N parallel proposals, one worker pool, and an exact budget.
 
-The core is the optimizer at this package's top level (``teleprompter``, ``settings``, ``checks``,
+The core is the optimizer at this package's top level (``teleprompter``, ``settings``, ``checks``, ``compat``,
 ``gepa_options``) and its rooms: ``engine`` (one compile: the run, the target protocol, the pooled
 adapter, events, records, width, resume), ``schedules`` (gepa's step loop and the asynchronous
 schedule), ``proposer`` (reflection, the sibling merge, selection), ``targets/program`` (a DSPy

@@ -34,7 +34,7 @@ from dspy_pxn.engine.events import StepEvents
 from dspy_pxn.engine.pooled_adapter import PooledAdapter
 from dspy_pxn.engine.records import StepLog, StepRecorder
 from dspy_pxn.engine.sampling import SequentialMinibatchSampler
-from dspy_pxn.engine.target import Target
+from dspy_pxn.engine.target import Target, TargetData
 from dspy_pxn.engine.tracker import TrackedRun, effective_tracker, quietly, start_tracked_run
 from dspy_pxn.engine.width import AUTO, REFLECTION_EXAMPLES, auto_parents, rows_reflection_reads, screening_minibatch
 from dspy_pxn.ledger import caps as caps_gate
@@ -60,6 +60,7 @@ class Run:
     trainset: list[Any]
     valset: list[Any]
     testset: list[Any] | None  # scored once after the search (``holdout``), never seen by it
+    task_lms: tuple[Any, ...]  # the task's LMs and what holds them, as the target said: their calls are the run's
     reflection_lm: dspy.BaseLM | None  # None: a custom proposer reflects
     shape: RunShape
     guard: BudgetGuard
@@ -88,7 +89,8 @@ class Run:
     @classmethod
     def prepare(cls, settings: Settings, target: Target, trainset: Any, valset: Any, testset: Any = None) -> Run:
         """Every argument check, the budget, shape, guard, description and resume state."""
-        trainset, valset, testset = target.datasets(trainset, valset, testset)
+        data = target.prepare(settings, trainset, valset, testset)
+        trainset, valset, testset = data.trainset, data.valset, data.testset
         budget = metric_call_budget(settings, target.seed_candidate, trainset, valset)
         workers = (settings.num_threads or dspy.settings.num_threads or 1) if owns_pool(settings) else (
             settings.pool.num_workers)
@@ -97,22 +99,20 @@ class Run:
                             name="auto" if settings.auto is not None else "max_metric_calls",
                             shrinks=settings.reflection_minibatch_size is None)
         checks.budget_buys_one_step(budget, len(valset), guard.fewest_rows(), guard.smallest_budget())
-        target.check(settings, trainset, valset, testset)
         checks.writable_dir("log_dir", settings.log_dir)
         reflection_lm = resolve_reflection_lm(settings)
         shape = RunShape(workers, budget, len(valset), m)
         reflection_examples = rows_reflection_reads(settings.reflection_minibatch_size)
         schedule, selection = search_plan(settings, p * settings.n)
-        description = describe(settings, p, m, schedule, selection, target, trainset, valset, testset, budget,
-                               workers, reflection_lm)
+        description = describe(settings, p, m, schedule, selection, target, data, budget, workers, reflection_lm)
         saved_state = resume.load_saved_state(settings.log_dir)
         if saved_state is not None:
             resume.check_resumable(saved_state, resume_settings(description), settings.log_dir)
         use_bundled_price_maps()  # before the first LM call: no network but the user's LMs
         prices = caps_gate.priced_for_caps(settings.max_cost_usd, settings.max_reflection_cost_usd,
-                                           feed.reachable_lms(reflection_lm, *target.lms()))
-        return cls(settings, target, trainset, valset, testset, reflection_lm, shape, guard, description, saved_state,
-                   p, m, reflection_examples, schedule, selection, prices, resume.saved_dollars(saved_state))
+                                           feed.reachable_lms(reflection_lm, *data.lms))
+        return cls(settings, target, trainset, valset, testset, data.lms, reflection_lm, shape, guard, description,
+                   saved_state, p, m, reflection_examples, schedule, selection, prices, resume.saved_dollars(saved_state))
 
     # ------------------------------------------------------------------------------ resources
     @contextmanager
@@ -149,7 +149,7 @@ class Run:
             if self.saved_state is not None:
                 self._resume(adapter, recorder, step_log)
             checks.warn_if_no_timeout("reflection", self.reflection_lm)
-            run_lms = (self.reflection_lm, *self.target.lms())
+            run_lms = (self.reflection_lm, *self.task_lms)
             with caps_gate.installed(caps), limiter.installed(settings.lm_limiter), feed.feeding(ledger, run_lms):
                 ledger.start(pool.num_workers)  # the run's clock: the deadline counts from now
                 yield Live(pool, ledger, caps, tracked_run, recorder, events, adapter, rng, sampler,
@@ -296,12 +296,11 @@ def make_pool(pool: str | None, workers: int) -> WorkerPool:
     return ThreadWorkerPool(workers)
 
 
-def describe(settings: Settings, p: int, m: int, schedule: str, selection: Any, target: Target, trainset: list[Any],
-             valset: list[Any], testset: list[Any] | None, budget: int, workers: int,
-             reflection_lm: Any) -> RunDescription:
+def describe(settings: Settings, p: int, m: int, schedule: str, selection: Any, target: Target, data: TargetData,
+             budget: int, workers: int, reflection_lm: Any) -> RunDescription:
     """This compile, described once for tracking (params) and resume (settings)."""
     selector = settings.candidate_selection_strategy
-    shape = target.shape(valset)
+    shape, trainset, valset, testset = data.shape, data.trainset, data.valset, data.testset
     return RunDescription(
         p=p, n=settings.n, selection=selections.label(selection), schedule=schedule,
         minibatch_size=m, seed=settings.seed, crossover=settings.use_merge,

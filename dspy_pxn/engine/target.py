@@ -32,25 +32,29 @@ class TargetShape:
     input_example: dict[str, Any]  # one validation example's inputs
 
 
+@dataclass(frozen=True)
+class TargetData:
+    """What a target says of a compile's data and of itself, once, before the first LM call (``Target.prepare``)."""
+
+    trainset: list[Any]
+    valset: list[Any]
+    testset: list[Any] | None
+    shape: TargetShape
+    lms: tuple[Any, ...]  # the task's LMs and whatever holds them (``feed.reachable_lms`` roots): their calls are the run's
+
+
 class Target(Protocol):
     """What a run optimizes, besides the candidate texts the engine searches over."""
 
     seed_candidate: dict[str, str]
     code_components: tuple[str, ...]  # components that are code (dspy.Flex sources), not instructions
 
-    def datasets(self, trainset: Any, valset: Any, testset: Any) -> tuple[list[Any], list[Any], list[Any] | None]:
-        """The data, checked (a bad argument raises naming it); a missing valset as this target's users expect."""
-
-    def check(self, settings: Settings, trainset: list[Any], valset: list[Any], testset: list[Any] | None) -> None:
-        """Every check the target makes before the first LM call."""
-
-    def shape(self, valset: list[Any]) -> TargetShape: ...
+    def prepare(self, settings: Settings, trainset: Any, valset: Any, testset: Any) -> TargetData:
+        """The data, checked (a bad argument raises naming it; a missing valset as this target's users expect), every
+        check the target makes before the first LM call, how it is described, and the LMs its task holds."""
 
     def around_search(self) -> AbstractContextManager[Any]:
         """Entered for the whole search (a DSPy compile's ``around_compile``, e.g. no trace per rollout in autolog)."""
-
-    def lms(self) -> tuple[Any, ...]:
-        """The task's LMs and whatever holds them (``feed.reachable_lms`` roots): their calls are the run's."""
 
     def adapter(self, settings: Settings, pool: WorkerPool, events: StepEvents, reflection_examples: int,
                 checkpoint: Checkpoint) -> PooledAdapter:

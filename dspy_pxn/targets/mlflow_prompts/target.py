@@ -19,7 +19,7 @@ import dspy
 from dspy_pxn import checks
 from dspy_pxn.engine.events import StepEvents
 from dspy_pxn.engine.resume import Checkpoint
-from dspy_pxn.engine.target import TargetShape
+from dspy_pxn.engine.target import TargetData, TargetShape
 from dspy_pxn.pools import WorkerPool
 from dspy_pxn.targets.mlflow_prompts.adapter import PromptAdapter, PromptRollouts, SerialPromptAdapter
 from dspy_pxn.targets.mlflow_prompts.evaluation import ConcurrentEvaluation, EvalFn
@@ -49,7 +49,10 @@ class PromptTarget:
     val_size: int = 0  # the validation rows (the training rows): set by ``datasets``
     row_callbacks: list[Any] = field(default_factory=list)  # DSPy's callbacks as the search began (``around_search``)
 
-    def datasets(self, trainset: Any, valset: Any, testset: Any) -> tuple[list[Any], list[Any], None]:
+    def prepare(self, settings: Settings, trainset: Any, valset: Any, testset: Any) -> TargetData:
+        """The training rows, which are also the validation rows (MLflow checked them, predict_fn and the scorers
+        before ``optimize``). No LM of the task is the run's: predict_fn's LMs are the user's; the run hears the
+        reflection LM only."""
         rows = list(trainset or [])
         if not rows:
             raise checks.ArgumentError("train_data is empty: BatchedGepaPromptOptimizer needs training rows "
@@ -59,15 +62,10 @@ class PromptTarget:
             raise checks.ArgumentError(f"train_data row {bad} has no 'inputs': each row is a dict with 'inputs' "
                                        "(and 'expectations'), as mlflow.genai.optimize_prompts passes them.")
         self.val_size = len(rows)
-        return rows, rows, None
-
-    def check(self, settings: Settings, trainset: list[Any], valset: list[Any], testset: None) -> None:
-        """MLflow checked the rows, predict_fn and scorers before ``optimize``; nothing is left to check."""
-
-    def shape(self, valset: list[Any]) -> TargetShape:
-        inputs = valset[0].get("inputs")
-        return TargetShape(name="mlflow prompts", components=len(self.seed_candidate), task_lms=(),
-                           input_example=dict(inputs) if isinstance(inputs, dict) else {"inputs": inputs})
+        inputs = rows[0].get("inputs")
+        shape = TargetShape(name="mlflow prompts", components=len(self.seed_candidate), task_lms=(),
+                            input_example=dict(inputs) if isinstance(inputs, dict) else {"inputs": inputs})
+        return TargetData(rows, rows, None, shape, lms=())
 
     @contextmanager
     def around_search(self) -> Iterator[None]:
@@ -79,9 +77,6 @@ class PromptTarget:
         self.row_callbacks = callbacks
         with dspy.context(callbacks=[c for c in callbacks if not type(c).__module__.startswith("mlflow.")]):
             yield
-
-    def lms(self) -> tuple[Any, ...]:
-        return ()  # predict_fn's LMs are the user's; the run hears the reflection LM only
 
     def adapter(self, settings: Settings, pool: WorkerPool, events: StepEvents, reflection_examples: int,
                 checkpoint: Checkpoint) -> PromptAdapter:

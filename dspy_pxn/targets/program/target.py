@@ -15,14 +15,14 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 import dspy
-from dspy.primitives import Example, Module
+from dspy.primitives import Module
 from dspy.teleprompt.gepa.gepa import DspyGEPAResult
 
 from dspy_pxn import checks
 from dspy_pxn.engine.events import StepEvents
 from dspy_pxn.engine.result import BatchedGEPAResult
 from dspy_pxn.engine.resume import Checkpoint
-from dspy_pxn.engine.target import TargetShape
+from dspy_pxn.engine.target import TargetData, TargetShape
 from dspy_pxn.engine.tracker import around_compile, quietly
 from dspy_pxn.ledger import feed
 from dspy_pxn.ledger.ledger import warn_if_answered_from_cache
@@ -57,30 +57,21 @@ class ProgramTarget:
         metric = metrics.resolve(settings.metric, student)
         return cls(student, metric, seed, tuple(components.code_components(student)))
 
-    def datasets(self, trainset: Any, valset: Any, testset: Any
-                 ) -> tuple[list[Example], list[Example], list[Example] | None]:
+    def prepare(self, settings: Settings, trainset: Any, valset: Any, testset: Any) -> TargetData:
         trainset = checks.dataset("trainset", trainset)
         if valset is None:
             logger.warning("No valset given: using the trainset for validation (scores will be optimistic).")
         valset = checks.dataset("valset", valset) if valset is not None else trainset
-        return trainset, valset, testset
-
-    def check(self, settings: Settings, trainset: list[Example], valset: list[Example],
-              testset: list[Example] | None) -> None:
         checks.examples_match_program(self.student, trainset=trainset, valset=valset, testset=testset)
-
-    def shape(self, valset: list[Example]) -> TargetShape:
         predictor_lms = [predictor.lm for _, predictor in self.student.named_predictors()
                          if getattr(predictor, "lm", None) is not None]
-        return TargetShape(name=type(self.student).__name__, components=len(self.student.named_predictors()),
-                           task_lms=tuple(predictor_lms or [dspy.settings.lm]),
-                           input_example=dict(valset[0].inputs().items()))
+        shape = TargetShape(name=type(self.student).__name__, components=len(self.student.named_predictors()),
+                            task_lms=tuple(predictor_lms or [dspy.settings.lm]),
+                            input_example=dict(valset[0].inputs().items()))
+        return TargetData(trainset, valset, testset, shape, lms=(dspy.settings.lm, self.student))
 
     def around_search(self) -> AbstractContextManager[Any]:
         return around_compile()
-
-    def lms(self) -> tuple[Any, ...]:
-        return dspy.settings.lm, self.student
 
     def adapter(self, settings: Settings, pool: WorkerPool, events: StepEvents, reflection_examples: int,
                 checkpoint: Checkpoint) -> BatchedAdapter:
