@@ -91,3 +91,26 @@ def test_no_two_files_of_one_name_in_different_rooms_unless_they_play_one_role()
         by_name.setdefault(path.name, []).append(name)
     shared = {file: sorted(names) for file, names in by_name.items() if len(names) > 1 and file not in SAME_ROLE}
     assert not shared, shared
+
+
+def test_no_part_hears_the_step_events_it_tells():
+    """A class that tells step events (``events.evaluated(...)`` and the rest) is not a step listener itself: what it
+    learns of a step it is told directly, so the bus carries each event from its teller to others only."""
+    import importlib
+    import inspect
+
+    from dspy_pxn.engine.events import StepListener
+
+    event_names = {name for name in vars(StepListener) if not name.startswith("_")}
+    tellers = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            tells = any(isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                        and call.func.attr in event_names and isinstance(call.func.value, ast.Attribute)
+                        and call.func.value.attr == "events" for call in ast.walk(node))
+            if tells:
+                tellers.append(getattr(importlib.import_module(name), node.name))
+    assert len(tellers) >= 5, tellers  # the adapter, the reflection, the sibling merge, two schedules' strategies
+    assert not [cls for cls in tellers if inspect.isclass(cls) and issubclass(cls, StepListener)]

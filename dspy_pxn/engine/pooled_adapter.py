@@ -7,7 +7,8 @@ candidate (``dspy_pxn.targets.program.adapter``, ``dspy_pxn.targets.mlflow_promp
 - every (candidate, example) pair is one pool task, so a long validation and short minibatches share W workers;
 - traces are captured only for the parent minibatch evaluations that reflection reads;
 - every batch of rollouts is reported with its phase (``StepEvents.evaluated``): a schedule names it; in gepa's step
-  loop the adapter follows the step as a step listener (sampling starts screening, selection validation);
+  loop, which does not, the step loop's sampling tells the adapter a step's screening starts (``screening``) and its
+  selection that validation does (``validating``);
 - a resumed run's saved seed scores answer the seed's re-validation (``replay_once``), and the strategies'
   checkpoint rides in gepa's adapter state.
 
@@ -26,7 +27,7 @@ from typing import Any
 from gepa import EvaluationBatch
 from gepa.strategies.proposal_sampling import ProposalTask
 
-from dspy_pxn.engine.events import Phase, StepEvents, StepListener, override
+from dspy_pxn.engine.events import Phase, StepEvents
 from dspy_pxn.engine.resume import CHECKPOINT_KEY, Checkpoint
 from dspy_pxn.pools import WorkerPool
 from dspy_pxn.targets.program.rollout import RolloutResult, candidate_key
@@ -35,7 +36,7 @@ from dspy_pxn.targets.program.rollout import RolloutResult, candidate_key
 Task = tuple[dict[str, str], Any, bool, int]
 
 
-class PooledAdapter(StepListener):
+class PooledAdapter:
     """The scheduling half of a gepa adapter; subclasses say what one rollout is."""
 
     propose_new_texts = None  # gepa calls an adapter's proposer one task at a time: PooledReflection owns it
@@ -137,9 +138,8 @@ class PooledAdapter(StepListener):
         with self._lock:
             self._replays[self._batch_key(candidate, batch)] = evaluation
 
-    # -- gepa's step loop, followed as a step listener ------------------------------------
-    @override
-    def tasks_sampled(self, tasks: Sequence[ProposalTask]) -> None:
+    # -- gepa's step loop, told by its sampling and its selection ----------------------------
+    def screening(self, tasks: Sequence[ProposalTask]) -> None:
         """The step's screening starts. Reflection reads the sampled parents' minibatch evaluations, which gepa runs in
         the same ``batch_evaluate(items)`` call as the children's without saying which is which: each (parent,
         minibatch) pair the tasks name is marked here for traces (deduplicated as gepa does), and each mark is consumed
@@ -151,8 +151,7 @@ class PooledAdapter(StepListener):
         with self._lock:
             self._traced_batches.update(self._batch_key(t.parent_candidate, t.minibatch) for t in pairs.values())
 
-    @override
-    def children_screened(self, children: int, improved: int) -> None:
+    def validating(self) -> None:
         """The step's selection starts: what gepa evaluates next is validation."""
         self._step_phase = "validation"
 

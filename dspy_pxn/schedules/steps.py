@@ -28,6 +28,7 @@ from dspy.teleprompt.gepa.gepa_utils import LoggerAdapter
 from gepa.core.result import GEPAResult
 from gepa.core.state import GEPAState
 
+from dspy_pxn.engine.pooled_adapter import PooledAdapter
 from dspy_pxn.ledger.caps import CapReached, seed_validation_paid
 from dspy_pxn.schedules.parts import GepaParts, degraded
 from dspy_pxn.schedules.strategies import (
@@ -50,9 +51,6 @@ class StepSchedule:
     @staticmethod
     def run(run: Run, live: Live, parts: GepaParts) -> GEPAResult:
         settings = run.settings
-        # gepa's loop does not say which evaluations are the parents' or which phase a step is in:
-        # the adapter follows the step's events.
-        live.events.add(live.adapter)
         crossover = CrossoverDue(settings.max_merge_invocations)
         stoppers: list[Any] = [ExactBudgetStopper(run.guard, live.ledger, crossover.due),
                                *(stopper_telling(live.ledger, stopper) for stopper in settings.stop_callbacks)]
@@ -61,6 +59,8 @@ class StepSchedule:
         driven = StateDriven()
         selector = settings.candidate_selection_strategy  # a name: gepa builds it on its own generator
         sampling = DistinctParentsPxN(run.p, run.n, run.guard, live.events, one_at_a_time=lambda: degraded(parts))
+        # gepa's loop does not say which evaluations are the parents' or which phase a step is in: its sampling tells
+        # the adapter a step's screening starts (the parents' minibatches to trace), its selection that validation does.
         try:
             return gepa.optimize(
                 seed_candidate=run.seed_candidate,
@@ -69,8 +69,9 @@ class StepSchedule:
                 adapter=live.adapter,
                 candidate_selection_strategy=selector if isinstance(selector, str) else parts.candidate_selector,
                 batch_sampler=parts.sampler,
-                sampling_strategy=OnGepasGenerator(sampling, parts),
-                selection_strategy=BudgetCappedSelection(parts.selection, run.guard, live.events),
+                sampling_strategy=OnGepasGenerator(sampling, parts, live.adapter),
+                selection_strategy=BudgetCappedSelection(parts.selection, run.guard, live.events,
+                                                         validating=live.adapter.validating),
                 reflection_strategy=parts.reflection,
                 stop_callbacks=stoppers,
                 callbacks=[driven, crossover, live.recorder, *live.gepa_callbacks],
@@ -102,7 +103,8 @@ class StepSchedule:
 
 
 class OnGepasGenerator:
-    """The step loop's sampling, drawing from gepa's own random generator.
+    """The step loop's sampling, drawing from gepa's own random generator; it tells the adapter each step's screening
+    starts, with the parents' minibatches to trace (``PooledAdapter.screening``).
 
     gepa.optimize hands one generator to the parent selector it builds from a name, to its minibatch
     sampler and to its crossover (``MergeProposer``), so in dspy.GEPA a crossover's draws move the parents
@@ -112,8 +114,8 @@ class OnGepasGenerator:
     a generator (``"current_best"``, one passed in) leaves the sampler on the run's.
     """
 
-    def __init__(self, sampling: DistinctParentsPxN, parts: GepaParts):
-        self.sampling, self.parts, self.moved = sampling, parts, False
+    def __init__(self, sampling: DistinctParentsPxN, parts: GepaParts, adapter: PooledAdapter):
+        self.sampling, self.parts, self.adapter, self.moved = sampling, parts, adapter, False
 
     def sample_tasks(self, state: GEPAState, candidate_selector: Any, batch_sampler: Any, trainset: Any) -> list:
         if not self.moved:
@@ -122,7 +124,9 @@ class OnGepasGenerator:
             if isinstance(gepas, random.Random) and gepas is not self.parts.rng:
                 gepas.setstate(self.parts.rng.getstate())
                 batch_sampler.rng = gepas
-        return self.sampling.sample_tasks(state, candidate_selector, batch_sampler, trainset)
+        tasks = self.sampling.sample_tasks(state, candidate_selector, batch_sampler, trainset)
+        self.adapter.screening(tasks)
+        return tasks
 
 
 class CrossoverDue:

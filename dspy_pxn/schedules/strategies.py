@@ -126,11 +126,13 @@ class BudgetCappedSelection:
 
     When the budget validates fewer children than were selected, the ones with the largest minibatch
     improvement go first (``selected_within``, which the asynchronous schedule calls with the validations
-    it reserved). ``select`` also reports the step's screening, which gepa's loop does not tell.
+    it reserved). ``select`` also reports the step's screening, which gepa's loop does not tell, and says validation
+    starts (``validating``: the adapter's phase from here on).
     """
 
-    def __init__(self, inner: SelectionStrategy, guard: BudgetGuard, events: StepEvents | None = None):
-        self.inner, self.guard = inner, guard
+    def __init__(self, inner: SelectionStrategy, guard: BudgetGuard, events: StepEvents | None = None,
+                 validating: Callable[[], None] = lambda: None):
+        self.inner, self.guard, self.validating = inner, guard, validating
         self.events = events or StepEvents()
 
     def select(self, proposals: list[CandidateProposal], state: GEPAState,
@@ -139,6 +141,7 @@ class BudgetCappedSelection:
         # runtime model needs this per-proposal pass rate, which "best"/top-k selection hides.
         improved = sum(acceptance_criterion.should_accept(p, state) for p in proposals)
         self.events.children_screened(len(proposals), improved)
+        self.validating()
         return selected_within(self.inner, proposals, state, acceptance_criterion, self.guard.max_validations(state))
 
 
