@@ -1,5 +1,5 @@
 """The house rules of the package, checked on its source: its rooms, the core importing no tooling, no import
-circles, and modules that fit in a reading.
+circles, modules that fit in a reading, and no part that hears the step events it tells.
 
 The rooms are the folders: the core is the top level of ``dspy_pxn`` (the optimizer, its settings and checks),
 ``engine`` (one compile: the run, its target protocol, the pooled adapter, events, records, width, resume),
