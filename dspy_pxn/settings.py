@@ -16,12 +16,12 @@ import dspy
 from gepa.proposer.reflective_mutation.base import CandidateSelector
 
 from dspy_pxn import checks, gepa_options
+from dspy_pxn.engine.sampling import CANDIDATE_SELECTORS, component_selector
 from dspy_pxn.engine.tracker import Tracker, chosen_tracker
 from dspy_pxn.engine.width import AUTO
 from dspy_pxn.ledger.limiter import LMCallLimiter, limiter_for
 from dspy_pxn.pools import WorkerPool
 from dspy_pxn.proposer import selection as selections
-from dspy_pxn.engine.sampling import CANDIDATE_SELECTORS, component_selector
 from dspy_pxn.targets.program import metrics
 
 

@@ -12,10 +12,10 @@ from gepa.strategies.proposal_selection import AllImprovements
 
 from dspy_pxn import testing as sim
 from dspy_pxn.engine.events import StepEvents, StepListener, override
+from dspy_pxn.engine.sampling import SequentialMinibatchSampler
 from dspy_pxn.ledger.budget import BudgetGuard
 from dspy_pxn.ledger.ledger import RunLedger
 from dspy_pxn.pools import ThreadWorkerPool
-from dspy_pxn.engine.sampling import SequentialMinibatchSampler
 from dspy_pxn.schedules.strategies import BudgetCappedSelection, DistinctParentsPxN, selected_within
 from dspy_pxn.targets.program.adapter import BatchedAdapter
 from tests.conftest import seed_program

@@ -112,7 +112,8 @@ class Run:
         prices = caps_gate.priced_for_caps(settings.max_cost_usd, settings.max_reflection_cost_usd,
                                            feed.reachable_lms(reflection_lm, *data.lms))
         return cls(settings, target, trainset, valset, testset, data.lms, reflection_lm, shape, guard, description,
-                   saved_state, p, m, reflection_examples, schedule, selection, prices, resume.saved_dollars(saved_state))
+                   saved_state, p, m, reflection_examples, schedule, selection, prices,
+                   resume.saved_dollars(saved_state))
 
     # ------------------------------------------------------------------------------ resources
     @contextmanager

@@ -40,7 +40,7 @@ class TargetData:
     valset: list[Any]
     testset: list[Any] | None
     shape: TargetShape
-    lms: tuple[Any, ...]  # the task's LMs and whatever holds them (``feed.reachable_lms`` roots): their calls are the run's
+    lms: tuple[Any, ...]  # the task's LMs and what holds them (``feed.reachable_lms`` roots): their calls are the run's
 
 
 class Target(Protocol):
