@@ -1,15 +1,9 @@
 """dspy-pxn: DSPy's GEPA with P×N parallel proposals, one worker pool, and an exact budget.
 
-The core is the optimizer at this package's top level (``teleprompter``, ``settings``, ``checks``, ``compat``,
-``gepa_options``) and its rooms: ``engine`` (one compile: the run, the target protocol, the pooled
-adapter, events, records, width, resume), ``schedules`` (gepa's step loop and the asynchronous
-schedule), ``proposer`` (reflection, the sibling merge, selection), ``targets/program`` (a DSPy
-program as what is optimized), ``ledger`` (calls, dollars, the budget) and ``pools``. Tooling lives
-in the folders the core does not import: ``tracking`` (MLflow), ``targets/mlflow_prompts``,
-``planning``, ``local`` (the embedded LM), ``testing`` (the synthetic task and simulated LM server)
-and ``cli``. ARCHITECTURE.md follows one compile through them. Importing the package registers
-MLflow as the tracker that BatchedGEPA's ``use_mlflow=True`` and friends build
-(``dspy_pxn.engine.tracker``).
+The core is the top level (``teleprompter``, ``settings``, ``checks``, ``compat``, ``gepa_options``) and ``engine``,
+``schedules``, ``proposer``, ``targets/program``, ``ledger`` and ``pools``; the tooling (``tracking``, ``planning``,
+``targets/mlflow_prompts``, ``local``, ``testing``, ``cli``) is what the core never imports (ARCHITECTURE.md). Importing
+the package registers MLflow as the tracker ``use_mlflow=True`` and friends build (``dspy_pxn.engine.tracker``).
 """
 
 import dspy_pxn.tracking  # noqa: F401 - registers the MLflow tracker for BatchedGEPA's shorthands

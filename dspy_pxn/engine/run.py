@@ -140,9 +140,8 @@ class Run:
                        *(c.on_step_record for c in settings.callbacks if callable(getattr(c, "on_step_record", None)))],
             )
             events = StepEvents([ledger, recorder], stop=ledger)
-            # One generator for parent selection, minibatches and the crossover, as gepa.optimize makes, so a 1×1
-            # run draws dspy.GEPA's parents and minibatches; the sampler's position and generator are saved with
-            # gepa's state through the adapter's state hook, as the adapter's own (engine.resume).
+            # One generator for parents, minibatches and the crossover, as gepa.optimize's (a 1×1 run draws
+            # dspy.GEPA's); the sampler's position and generator ride in gepa's state as the adapter's (engine.resume).
             rng = random.Random(settings.seed)
             sampler = SequentialMinibatchSampler(self.minibatch_size, rng)
             adapter = self.target.adapter(settings, pool, events, self.reflection_examples, resume.checkpoint(

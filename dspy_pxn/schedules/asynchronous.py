@@ -116,12 +116,8 @@ class AsyncSchedule:
         self.parts = parts
         self.width = run.p * run.n
         self.trainset, self.valset = ensure_loader(run.trainset), ensure_loader(run.valset)
-        settings = run.settings
-        self.windows = Windows(
-            live.adapter, live.events, live.recorder, run.guard, live.gepa_callbacks, seed_candidate=run.seed_candidate,
-            trainset=self.trainset, valset=self.valset, log_dir=settings.log_dir,
-            track_best_outputs=settings.track_best_outputs,
-            use_cloudpickle=bool(settings.gepa_kwargs.get("use_cloudpickle")))
+        self.windows = Windows(live.adapter, live.events, live.recorder, run.guard, live.gepa_callbacks, run.settings,
+                               run.seed_candidate, self.trainset, self.valset)
         # Every read or write of the state and the reservations, and every step event, under one lock:
         # a screening's rollouts and the metric calls they cost land in the same window.
         self.lock = live.events.lock
@@ -134,6 +130,7 @@ class AsyncSchedule:
         # their parent (``_Pending``; see the module docstring).
         self.pending: dict[int, _Pending] = {}
         self.latest: _Pending | None = None
+        settings = run.settings
         self.crossover = AsyncCrossover(
             live.adapter, self.valset, run.guard, self.lock, self.parts.rng, settings.max_merge_invocations,
             settings.gepa_kwargs.get("merge_val_overlap_floor", 5), live.gepa_callbacks,

@@ -45,6 +45,7 @@ from dspy_pxn.engine.pooled_adapter import PooledAdapter
 from dspy_pxn.engine.records import StepRecorder
 from dspy_pxn.ledger.budget import BudgetGuard
 from dspy_pxn.ledger.caps import seed_validation_paid
+from dspy_pxn.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -65,12 +66,11 @@ class Windows(StepListener):
     """The run's gepa state, kept as gepa's engine keeps it, one window at a time; one instance per run."""
 
     def __init__(self, adapter: PooledAdapter, events: StepEvents, recorder: StepRecorder, guard: BudgetGuard,
-                 gepa_callbacks: Sequence[Any], *, seed_candidate: dict[str, str], trainset: DataLoader,
-                 valset: DataLoader, log_dir: str | None, track_best_outputs: bool, use_cloudpickle: bool):
-        self.adapter, self.events, self.recorder, self.guard = adapter, events, recorder, guard
+                 gepa_callbacks: Sequence[Any], settings: Settings, seed_candidate: dict[str, str],
+                 trainset: DataLoader, valset: DataLoader):
+        self.adapter, self.events, self.recorder, self.guard, self.settings = adapter, events, recorder, guard, settings
         self.gepa_callbacks, self.seed_candidate = gepa_callbacks, seed_candidate
         self.trainset, self.valset = trainset, valset
-        self.log_dir, self.track_best_outputs, self.use_cloudpickle = log_dir, track_best_outputs, use_cloudpickle
         self.lock = events.lock
         self.state: GEPAState | None = None
         self.open = False  # the current window has had an event, and gepa has been told its iteration began
@@ -89,9 +89,10 @@ class Windows(StepListener):
         ids = list(self.valset.all_ids())
         with seed_validation_paid():
             evaluation = self.adapter.evaluate(self.valset.fetch(ids), self.seed_candidate, phase="validation")
+        settings = self.settings
         state = self.state = initialize_gepa_state(
-            run_dir=self.log_dir, logger=LoggerAdapter(logger), seed_candidate=self.seed_candidate,
-            seed_valset_evaluation=valset_evaluation(ids, evaluation), track_best_outputs=self.track_best_outputs)
+            run_dir=settings.log_dir, logger=LoggerAdapter(logger), seed_candidate=self.seed_candidate,
+            seed_valset_evaluation=valset_evaluation(ids, evaluation), track_best_outputs=settings.track_best_outputs)
         self.adapter.set_adapter_state(state.adapter_state)
         scores = state.prog_candidate_val_subscores[0]
         self._tell("on_valset_evaluated", ValsetEvaluatedEvent(
@@ -146,8 +147,8 @@ class Windows(StepListener):
     def _save(self) -> None:
         state = self.state
         state.adapter_state = dict(self.adapter.get_adapter_state())
-        state.save(self.log_dir, use_cloudpickle=self.use_cloudpickle)
-        self._tell("on_state_saved", StateSavedEvent(iteration=state.i + 1, run_dir=self.log_dir))
+        state.save(self.settings.log_dir, use_cloudpickle=bool(self.settings.gepa_kwargs.get("use_cloudpickle")))
+        self._tell("on_state_saved", StateSavedEvent(iteration=state.i + 1, run_dir=self.settings.log_dir))
 
     # -- step events: each one starts the window it lands in; rollouts spend what was reserved for them
     @override
@@ -196,7 +197,7 @@ class Windows(StepListener):
                 state.num_full_ds_evals += 1
                 index = state.update_state_with_new_program(
                     parent_program_idx=proposal.parent_program_ids, new_program=proposal.candidate,
-                    valset_evaluation=evaluation, run_dir=self.log_dir,
+                    valset_evaluation=evaluation, run_dir=self.settings.log_dir,
                     num_metric_calls_by_discovery_of_new_program=validated.discovered_at)
                 state.full_program_trace[-1].setdefault("new_program_indices", []).append(index)
                 self.recorder.accepted(index)
@@ -212,7 +213,7 @@ class Windows(StepListener):
 
     def _write_candidate_tree(self) -> None:
         """gepa's candidate tree in ``log_dir``, rewritten as each candidate joins, as gepa's engine writes it."""
-        log_dir = self.log_dir
+        log_dir = self.settings.log_dir
         if log_dir is None:
             return
         try:
