@@ -46,7 +46,7 @@ class PromptTarget:
     run_log: PromptRunLog | None = None
     code_components: tuple[str, ...] = ()
     details: dict[str, Any] = field(default_factory=dict)  # the last run's measurements (``result``)
-    val_size: int = 0  # the validation rows (the training rows): set by ``datasets``
+    val_size: int = 0  # the validation rows (the training rows): set by ``prepare``
     row_callbacks: list[Any] = field(default_factory=list)  # DSPy's callbacks as the search began (``around_search``)
 
     def prepare(self, settings: Settings, trainset: Any, valset: Any, testset: Any) -> TargetData:
