@@ -126,7 +126,6 @@ LOG_TABLES = ("TABLE_W16", "TABLE_WIDTH", "TABLE_UNSEEN", "TABLE_MLFLOW_UNSEEN")
 
 
 def test_the_benchmarks_pages_tables_are_computed_from_the_results():
-    benchmarks = PAGES["docs/benchmarks.md"]
     for name, table in plotter.tables().items():
         where = "docs/benchmark-log.md" if name in LOG_TABLES else "docs/benchmarks.md"
         assert table in PAGES[where], f"{where} should print {name} as plot_benchmarks.py computes it"

@@ -2,7 +2,6 @@
 
 import logging
 
-import dspy
 import gepa
 import pytest
 

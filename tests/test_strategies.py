@@ -18,7 +18,6 @@ from dspy_pxn.ledger.ledger import RunLedger
 from dspy_pxn.pools import ThreadWorkerPool
 from dspy_pxn.schedules.strategies import BudgetCappedSelection, DistinctParentsPxN, selected_within
 from dspy_pxn.targets.program.adapter import BatchedAdapter
-from tests.conftest import seed_program
 
 
 def test_sequential_sampler_matches_gepa_with_one_call_per_iteration():
