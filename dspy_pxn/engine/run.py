@@ -142,8 +142,7 @@ class Run:
             events = StepEvents([ledger, recorder], stop=ledger)
             # One generator for parents, minibatches and the crossover, as gepa.optimize's (a 1×1 run draws
             # dspy.GEPA's); the sampler's position and generator ride in gepa's state as the adapter's (engine.resume).
-            rng = random.Random(settings.seed)
-            sampler = SequentialMinibatchSampler(self.minibatch_size, rng)
+            sampler = SequentialMinibatchSampler(self.minibatch_size, random.Random(settings.seed))
             adapter = self.target.adapter(settings, pool, events, self.reflection_examples, resume.checkpoint(
                 resume_settings(self.description), sampler, ledger.spent_usd))
             if self.saved_state is not None:
@@ -152,7 +151,7 @@ class Run:
             run_lms = (self.reflection_lm, *self.task_lms)
             with caps_gate.installed(caps), limiter.installed(settings.lm_limiter), feed.feeding(ledger, run_lms):
                 ledger.start(pool.num_workers)  # the run's clock: the deadline counts from now
-                yield Live(pool, ledger, caps, tracked_run, recorder, events, adapter, rng, sampler,
+                yield Live(pool, ledger, caps, tracked_run, recorder, events, adapter, sampler,
                            gepa_callbacks=[*(tracked_run.gepa_callbacks if tracked_run else []), *settings.callbacks])
         except BaseException as error:
             if tracked_run is not None:
@@ -204,8 +203,7 @@ class Live:
     recorder: StepRecorder  # one StepRecord per step, to the step log, the user's sinks and the tracked run
     events: StepEvents  # the step events, heard by the recorder (and whatever a schedule adds)
     adapter: PooledAdapter  # every rollout of the run, on the pool
-    rng: random.Random  # parent selection's, the minibatches' and the crossover's, as in gepa.optimize
-    sampler: SequentialMinibatchSampler  # each proposal's minibatch; its position is saved for resume
+    sampler: SequentialMinibatchSampler  # each proposal's minibatch, on the run's one generator; saved for resume
     gepa_callbacks: list[Any]  # the tracked run's and the user's gepa callbacks (the recorder is not one of them)
 
 

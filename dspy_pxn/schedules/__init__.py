@@ -31,11 +31,11 @@ SCHEDULES: dict[str, Schedule] = {"steps": StepSchedule, "async": AsyncSchedule}
 
 
 def search(run: Run, live: Live) -> GEPAResult:
-    """The run searched by its schedule (``run.schedule``), on gepa's parts built from the run's generator and
-    sampler (``Run.resources``), its arguments and its live pool, events and adapter."""
+    """The run searched by its schedule (``run.schedule``), on gepa's parts built from the run's sampler
+    (``Run.resources``), its arguments and its live pool, events and adapter."""
     settings = run.settings
     parts = gepa_parts(
-        live.rng, live.sampler, candidate_selection_strategy=settings.candidate_selection_strategy,
+        live.sampler, candidate_selection_strategy=settings.candidate_selection_strategy,
         selected_component=settings.component_selector, selection=run.selection, reflection_lm=run.reflection_lm,
         adapter=live.adapter, pool=live.pool, events=live.events, code_components=run.code_components)
     return SCHEDULES[run.schedule].run(run, live, parts)

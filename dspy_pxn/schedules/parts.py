@@ -33,13 +33,14 @@ class GepaParts:
     selection: SelectionStrategy  # all | best | top-k | sibling merge; each schedule caps it to its budget
 
 
-def gepa_parts(rng: random.Random, sampler: SequentialMinibatchSampler, *, candidate_selection_strategy: Any,
-               selected_component: Any, selection: Any, reflection_lm: Any, adapter: PooledAdapter, pool: WorkerPool,
-               events: StepEvents, code_components: tuple[str, ...]) -> GepaParts:
-    """The parts, from the run's generator and sampler (``Run.resources`` makes them, one generator for parent
+def gepa_parts(sampler: SequentialMinibatchSampler, *, candidate_selection_strategy: Any, selected_component: Any,
+               selection: Any, reflection_lm: Any, adapter: PooledAdapter, pool: WorkerPool, events: StepEvents,
+               code_components: tuple[str, ...]) -> GepaParts:
+    """The parts, from the run's sampler and its generator (``Run.resources`` makes them: one generator for parent
     selection and minibatches, as gepa.optimize, so a 1×1 run draws dspy.GEPA's parents and minibatches), the
     arguments that name gepa's selectors (``candidate_selection_strategy``, ``selected_component``: BatchedGEPA's
     ``component_selector``) and the run's ``selection``."""
+    rng = sampler.rng
     reflection = PooledReflection(adapter, reflection_lm, pool, events)
     if selection in selections.MERGES:
         # Written by a user's own instruction proposer where there is one (it writes every instruction the run
