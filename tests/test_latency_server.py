@@ -9,6 +9,8 @@ import math
 import os
 import random
 import re
+import signal
+import subprocess
 import sys
 import time
 import urllib.error
@@ -259,6 +261,39 @@ def test_close_terminates_process():
     with pytest.raises(OSError):
         urllib.request.urlopen(url + "/health", timeout=2)
     srv.close()  # idempotent
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` is a process that still runs (a zombie nobody reaped has stopped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads process states from /proc")
+def test_a_server_whose_parent_was_killed_stops(tmp_path: Path) -> None:
+    """A benchmark or example killed outright never closes its server: the server stops by itself."""
+    script = tmp_path / "parent.py"
+    script.write_text("import time\nfrom dspy_pxn.testing import LatencyServer\n"
+                      "server = LatencyServer().start()\nprint(server._proc.pid, flush=True)\ntime.sleep(600)\n")
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        time.sleep(1.0)  # longer than the server's check: it keeps serving while its parent lives
+        assert running(child)
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 10
+    while running(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stopped = not running(child)
+    if not stopped:
+        os.kill(child, signal.SIGKILL)  # not left behind by a failing run
+    assert stopped
 
 
 # --------------------------------------------------------------------------- #

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import select
 import socket
 import sys
@@ -358,12 +359,22 @@ def serve(
         seed=seed,
     )
     print(f"READY {server.base_url}", flush=True)
+    threading.Thread(target=_stop_once_orphaned, args=(server, os.getppid()), daemon=True).start()
     try:
         server.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:
         pass
     finally:
         server.server_close()
+
+
+def _stop_once_orphaned(server: SimServer, parent: int) -> None:
+    """Stop serving once the process that started the server is gone. A parent killed outright (SIGTERM, SIGKILL)
+    never runs the ``finally`` that closes its server, which would otherwise hold its port and a core's worth of
+    threads until the machine restarts; the orphan is handed to another parent, so its parent id changes."""
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    server.shutdown()
 
 
 def main(argv: list[str] | None = None) -> None:
