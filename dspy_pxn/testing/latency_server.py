@@ -370,8 +370,8 @@ def serve(
 
 def _stop_once_orphaned(server: SimServer, parent: int) -> None:
     """Stop serving once the process that started the server is gone. A parent killed outright (SIGTERM, SIGKILL)
-    never runs the ``finally`` that closes its server, which would otherwise hold its port and a core's worth of
-    threads until the machine restarts; the orphan is handed to another parent, so its parent id changes."""
+    never runs the ``finally`` that closes its server, which would otherwise hold its port and threads until someone
+    kills it; the orphan is handed to another parent, so its parent id changes."""
     while os.getppid() == parent:
         time.sleep(0.5)
     server.shutdown()
