@@ -34,8 +34,6 @@ CLASS_SWAP_DEFAULT = "class_swap_default.json"
 # The defaults before staged screening (3 in flight, every proposal screened on 8), and the same with
 # reflection_minibatch_size=3 (9 in flight then), the same seeds and dspy.GEPA runs.
 BEFORE_STAGING = "class_swap_default_before_staging.json"
-# Staged screening at other widths (p=3: what p="auto" chose under seven windows; p=5), fixed call times.
-STAGED_WIDTHS = "class_swap_staged_width.json"
 CLASS_SWAP_BASELINE, CLASS_SWAP_CONFIG, PAY_MORE = "dspy.GEPA", "BatchedGEPA", "BatchedGEPA m3"
 # Its cells: the two landscapes where improvements are independent, and the chain, where each needs the last.
 SWAP_CELLS = (*("depth/fixed", "depth/lognormal", "breadth/fixed", "breadth/lognormal"), "chain/fixed", "chain/lognormal")
@@ -45,8 +43,9 @@ CLASS_SWAP_W64 = "class_swap_w64_bill.json"
 # The class swap on three landscapes the defaults were not chosen on (bench_schedules.py --landscape), both
 # optimizers side by side, W = 16, B = 600, 10 seeds.
 CLASS_SWAP_UNSEEN = "class_swap_unseen.json"
-# The class swap with fewer proposals in flight than p="auto" chooses (fixed call times), beside the default.
-NARROWER = "class_swap_narrower.json"
+# Other widths (p=3; p=5) and fewer in flight screened on dspy.GEPA's 3 (p=3, reflection_minibatch_size=3), one run
+# of bench_schedules.py on the defaults' code, fixed call times, 10 seeds.
+OTHER_SETTINGS = "class_swap_other_settings.json"
 # Every improving child validated, each proposal screened on 3, 4 in flight: the budget split as dspy.GEPA splits it
 # (p=4, selection="all", reflection_minibatch_size=3), seeds 0-9 with fixed and lognormal call times.
 EVERY_IMPROVER = ("class_swap_all_m3.json", "class_swap_all_m3_lognormal.json")
@@ -55,9 +54,9 @@ EVERY_IMPROVER_CONFIG = "async 4x1 all m3 x"
 # of bench_schedules.py, how the page names it, and its results file.
 SETTINGS_TRIED = (
     (CLASS_SWAP_CONFIG, "the defaults (4 in flight, screened in stages)", CLASS_SWAP_DEFAULT),
-    ("BatchedGEPA p3", "`p=3`", STAGED_WIDTHS),
-    ("BatchedGEPA p5", "`p=5`", STAGED_WIDTHS),
-    ("BatchedGEPA p3 m3", "`p=3, reflection_minibatch_size=3`", NARROWER),
+    ("BatchedGEPA p3", "`p=3`", OTHER_SETTINGS),
+    ("BatchedGEPA p5", "`p=5`", OTHER_SETTINGS),
+    ("BatchedGEPA p3 m3", "`p=3, reflection_minibatch_size=3`", OTHER_SETTINGS),
 )
 # The held-out aim the class swap was measured against: no more than this below dspy.GEPA's.
 HELD_OUT_AIM = -0.02
