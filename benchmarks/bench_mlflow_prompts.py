@@ -21,7 +21,9 @@ with fixed latencies: ``--task-latency`` per predict_fn call, ``--reflection-lat
   trace store costs. Tracing off also changes the search: the rows' spans are no longer in the examples
   gepa's reflection reads, so its prompts differ and the simulated reflection's copy errors fall elsewhere.
 
-Recorded per run: wall (the ``optimize_prompts`` call), the optimizer's own part of it and the part spent in
+Recorded per run: wall (the ``optimize_prompts`` call) and this process's CPU seconds over the same call (every
+thread; the latency server is another process): a traced run whose CPU is near its wall is bound by the CPU the
+trace export takes, not by its schedule. Then the optimizer's own part of it and the part spent in
 candidate evaluations (MLflow's eval_fn), the latency floor (the run's waits alone, one after another: each
 evaluation in waves of ``MLFLOW_GENAI_EVAL_MAX_WORKERS`` rows at T_e, each reflection T_r), predict_fn calls
 (counted in predict_fn under a lock; MLflow's one pre-flight trace check is counted apart) against the
@@ -279,11 +281,11 @@ def run_one(config: str, args: argparse.Namespace, seed: int) -> dict[str, Any]:
         optimizer = optimizer_for(config, args.budget, REFLECTION_MODEL, seed)
         evaluations = instrument(optimizer, counter, marks)
         server.reset_stats()
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         result = mlflow.genai.optimize_prompts(predict_fn=predict_fn, train_data=train_data,
                                                prompt_uris=[registered.uri], scorers=[sim.mlflow_scorer()],
                                                optimizer=optimizer)
-        wall = time.perf_counter() - start
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
         stats, timeline = server.stats(), server.timeline()
         stored = store_size(Path(tmp))
     final = result.optimized_prompts[0].template
@@ -296,6 +298,7 @@ def run_one(config: str, args: argparse.Namespace, seed: int) -> dict[str, Any]:
              else (counter.calls - marks["calls_before"]) * args.task_latency / workers)
     return {
         "config": config, "seed": seed, "tracing": not args.no_tracing, "store": args.store, "wall_s": wall,
+        "cpu_s": cpu,
         "optimize_s": optimize_s, "eval_s": sum(seconds for _, seconds in evaluations), "floor_s": floor,
         "x_floor": optimize_s / floor if floor > 0 else None, "evaluations": len(evaluations),
         "full_evaluations": sum(rows == args.rows for rows, _ in evaluations), "budget": args.budget,
@@ -368,6 +371,8 @@ def summarise(rows: list[dict[str, Any]], configs: list[str]) -> list[dict[str, 
             "wall_s", "optimize_s", "eval_s", "floor_s", "reflection_calls", "initial_score", "final_score",
             "held_out_final", "busy_over_w_s", "x_busy", "mean_call_s", "idle_seed_s", "idle_search_s",
             "idle_end_s")}
+        cpus = [r["cpu_s"] for r in mine if r.get("cpu_s") is not None]  # files written before it was measured lack it
+        means["cpu_s"] = statistics.mean(cpus) if cpus else None
         table.append({"config": config, "seeds": len(mine), **means,
                       "predict_calls_max": max(r["predict_calls"] for r in mine)})
     return table
@@ -395,10 +400,12 @@ def print_rows(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
 def print_wall_split(table: list[dict[str, Any]]) -> None:
     """Where each optimizer's own wall went, means over seeds (``wall_split``)."""
     print("\n### where the optimizer's wall went (seconds of the whole row pool, means over seeds)\n")
-    print("| config | optimizer s | rows busy / W s | × busy | mean row s | idle: seed | search | end |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| config | optimizer s | this process's CPU s | rows busy / W s | × busy | mean row s | idle: seed | search "
+          "| end |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for t in table:
-        print(f"| {t['config']} | {t['optimize_s']:.2f} | {t['busy_over_w_s']:.2f} | {t['x_busy']:.2f} | "
+        cpu = "—" if t["cpu_s"] is None else f"{t['cpu_s']:.2f}"
+        print(f"| {t['config']} | {t['optimize_s']:.2f} | {cpu} | {t['busy_over_w_s']:.2f} | {t['x_busy']:.2f} | "
               f"{t['mean_call_s']:.3f} | {t['idle_seed_s']:.2f} | {t['idle_search_s']:.2f} | {t['idle_end_s']:.2f} |")
 
 

@@ -4,6 +4,7 @@ server (zero latency), predict_fn calls counted, reflection calls seen by the se
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -58,6 +59,8 @@ def test_main_counts_calls_and_writes_json(tmp_path: Path, tracing: bool, monkey
     assert 0 < row["seed_end_s"] <= row["last_reflection_s"] < row["optimize_s"]
     idle = row["idle_seed_s"] + row["idle_search_s"] + row["idle_end_s"]
     assert idle == pytest.approx(row["optimize_s"] - row["busy_over_w_s"], abs=1e-6)
+    # This process's CPU over the call (the rows' client work and the optimizer; the LM server is another process).
+    assert 0 < row["cpu_s"] <= (os.cpu_count() or 1) * row["wall_s"] and report["table"][0]["cpu_s"] == row["cpu_s"]
     assert mlflow.get_tracking_uri() == before  # the temp store is not left behind
     if not tracing:  # the budget's rows timed with no optimizer, against the same server
         (alone,) = report["rows_alone"]
