@@ -70,7 +70,8 @@ from dspy_pxn.testing.landscape import Landscape, resolve_landscape
 CLASS_SWAP = {"BatchedGEPA": "async auto merge"}
 # The class swap, and with one setting a user may add: ``reflection_minibatch_size=3`` screens on dspy.GEPA's 3
 # (more proposals, so more reflection calls, at the same metric calls); "$": ``max_cost_usd`` set to what dspy.GEPA
-# spent on the same call (``--equal-dollars-from``), the dollars binding rather than the metric calls; "pK": ``p=K``,
+# spent on the same call (``--equal-dollars-from``), the dollars binding rather than the metric calls ("+$": that cap
+# added to the same call, its metric-call budget kept, whichever binds first ends the run); "pK": ``p=K``,
 # fewer proposals in flight than ``p="auto"`` chooses (where each improvement builds on the last); "pK mM": both.
 CLASS_SWAPS: dict[str, dict] = {
     "BatchedGEPA": {}, "BatchedGEPA m3": {"reflection_minibatch_size": 3},
@@ -82,6 +83,7 @@ CLASS_SWAPS: dict[str, dict] = {
     "BatchedGEPA p4 m4": {"p": 4, "reflection_minibatch_size": 4},
     "BatchedGEPA p4 m3": {"p": 4, "reflection_minibatch_size": 3},
     "BatchedGEPA $": {"equal_dollars": True}, "BatchedGEPA m3 $": {"reflection_minibatch_size": 3, "equal_dollars": True},
+    "BatchedGEPA p4 $": {"p": 4, "equal_dollars": True}, "BatchedGEPA +$": {"dollar_cap": True},
 }
 # An equal-dollar run's metric-call budget, in multiples of --budget: high enough that the dollars bind.
 EQUAL_DOLLARS_CALLS = 10
@@ -96,7 +98,7 @@ def as_schedule(config: str) -> str:
     if p is None:
         schedule = CLASS_SWAP["BatchedGEPA"]
     else:  # what BatchedGEPA runs at this width: gepa's own loop at one proposal, else the async merge
-        given = {name: value for name, value in settings.items() if name != "equal_dollars"}
+        given = {name: value for name, value in settings.items() if name not in ("equal_dollars", "dollar_cap")}
         chosen = Settings.of({**DEFAULTS, "metric": None, "reflection_lm": dspy.LM("openai/unused"), **given})
         loop, selection = search_plan(chosen, p)
         schedule = f"{loop} {p}x1 {selections.label(selection)}"
@@ -158,6 +160,8 @@ def optimizer(config: str, args, reflection_lm: dspy.BaseLM, seed: int, pool=Non
         settings = dict(CLASS_SWAPS[config])
         if settings.pop("equal_dollars", False):  # what dspy.GEPA spent binds, not the metric calls
             settings.update(max_cost_usd=dollars, max_metric_calls=EQUAL_DOLLARS_CALLS * args.budget)
+        if settings.pop("dollar_cap", False):  # the same call, and a cap at what dspy.GEPA spent on it
+            settings.update(max_cost_usd=dollars)
         return BatchedGEPA(**{**swapped, **settings})
     common = {**swapped, "use_merge": False}
     if config == "dspy.GEPA 1x1":
@@ -249,7 +253,8 @@ def run_one(config: str, args, landscape: str, latency: str, seed: int) -> dict:
         test_score = dspy.Evaluate(devset=test, metric=sim.score, num_threads=16, display_progress=False)(best).score / 100
     return {"config": config, "seed": seed, "wall_s": wall, "metric_calls": results.total_metric_calls,
             "candidates": len(results.candidates), "best_val": max(results.val_aggregate_scores), "test": test_score,
-            "generations": depths[results.best_idx], "deepest": max(depths), "bill": bill, "usd": dollars(bill)}
+            "generations": depths[results.best_idx], "deepest": max(depths), "bill": bill, "usd": dollars(bill),
+            "stopped_by": getattr(results, "stopped_by", None)}  # dspy.GEPA's result does not say
 
 
 def lineage_depths(parents: list[list[int | None]]) -> list[int]:

@@ -30,3 +30,19 @@ def test_a_class_swap_runs_wide_at_the_calls_concurrency_and_never_above_it(num_
     assert {(step.p * step.n, step.schedule) for step in result.steps} == {(width, "async")}
     assert task.stats()["max_in_flight"]["task"] <= workers  # never more rollouts in flight than the call had
     assert result.total_metric_calls <= 600
+
+
+def test_the_benchmarks_dollar_capped_class_swaps_keep_or_loosen_the_call_budget_as_named():
+    """``bench_schedules.py``'s equal-dollar configs: "+$" is the same call with ``max_cost_usd`` added (its metric-call
+    budget kept, whichever binds first ends the run); "$" loosens the metric calls so the dollars bind."""
+    from types import SimpleNamespace
+
+    from tests.scripts import ROOT, load_script
+
+    bench = load_script(ROOT / "benchmarks" / "bench_schedules.py")
+    args = SimpleNamespace(budget=600, workers=16)
+    capped = bench.optimizer("BatchedGEPA +$", args, sim.SimulatedLM(), seed=0, dollars=0.12).settings
+    assert (capped.max_metric_calls, capped.max_cost_usd, capped.p) == (600, 0.12, "auto")
+    bound = bench.optimizer("BatchedGEPA p4 $", args, sim.SimulatedLM(), seed=0, dollars=0.12).settings
+    assert (bound.max_metric_calls, bound.max_cost_usd, bound.p) == (bench.EQUAL_DOLLARS_CALLS * 600, 0.12, 4)
+    assert bench.as_schedule("BatchedGEPA +$") == bench.as_schedule("BatchedGEPA")
