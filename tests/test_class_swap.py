@@ -6,11 +6,14 @@ more rollouts at once. How much sooner, and how good, is measured side by side w
 ``benchmarks/bench_schedules.py --configs "dspy.GEPA,BatchedGEPA"`` (``docs/benchmarks.md``).
 """
 
+from types import SimpleNamespace
+
 import dspy
 import pytest
 
 from dspy_pxn import BatchedGEPA
 from dspy_pxn import testing as sim
+from tests.scripts import ROOT, load_script
 
 
 @pytest.mark.parametrize(("num_threads", "setting", "width"), [(16, None, 4), (None, None, 4), (None, 2, 2)],
@@ -35,10 +38,6 @@ def test_a_class_swap_runs_wide_at_the_calls_concurrency_and_never_above_it(num_
 def test_the_benchmarks_dollar_capped_class_swaps_keep_or_loosen_the_call_budget_as_named():
     """``bench_schedules.py``'s equal-dollar configs: "+$" is the same call with ``max_cost_usd`` added (its metric-call
     budget kept, whichever binds first ends the run); "$" loosens the metric calls so the dollars bind."""
-    from types import SimpleNamespace
-
-    from tests.scripts import ROOT, load_script
-
     bench = load_script(ROOT / "benchmarks" / "bench_schedules.py")
     args = SimpleNamespace(budget=600, workers=16)
     capped = bench.optimizer("BatchedGEPA +$", args, sim.SimulatedLM(), seed=0, dollars=0.12).settings
