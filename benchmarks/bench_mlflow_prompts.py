@@ -24,8 +24,8 @@ with fixed latencies: ``--task-latency`` per predict_fn call, ``--reflection-lat
 Recorded per run: wall (the ``optimize_prompts`` call), this process's CPU seconds over it (every thread; the latency
 server is another process: a run whose CPU is near its wall is bound by its own CPU, such as a traced run's trace
 export, not by its schedule), the optimizer's own part of the wall and the part spent in candidate evaluations
-(MLflow's eval_fn), the latency floor (the run's waits alone, one after another: each evaluation in waves of ``MLFLOW_GENAI_EVAL_MAX_WORKERS`` rows at T_e, each reflection T_r), predict_fn calls
-(counted in predict_fn under a lock; MLflow's one pre-flight trace check is counted apart) against the
+(MLflow's eval_fn), the latency floor (the run's waits alone, one after another: each evaluation in waves of
+``MLFLOW_GENAI_EVAL_MAX_WORKERS`` rows at T_e, each reflection T_r), predict_fn calls (counted in predict_fn under a lock; MLflow's one pre-flight trace check is counted apart) against the
 budget, the server's task and reflection calls and peak concurrency, MLflow's initial and final eval score
 (gepa's val aggregate on the train rows), held-out accuracy of the seed and final templates (``--test``
 questions, answered instantly by the in-process simulated LM), the final template, and the store's size.
