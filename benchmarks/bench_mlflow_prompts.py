@@ -21,14 +21,15 @@ with fixed latencies: ``--task-latency`` per predict_fn call, ``--reflection-lat
   trace store costs. Tracing off also changes the search: the rows' spans are no longer in the examples
   gepa's reflection reads, so its prompts differ and the simulated reflection's copy errors fall elsewhere.
 
-Recorded per run: wall (the ``optimize_prompts`` call), this process's CPU seconds over it (every thread; the latency
-server is another process: a run whose CPU is near its wall is bound by its own CPU, such as a traced run's trace
-export, not by its schedule), the optimizer's own part of the wall and the part spent in candidate evaluations
+Recorded per run: wall (the ``optimize_prompts`` call), this process's CPU seconds over it (every thread; the
+latency server is another process: a run whose CPU is near its wall is bound by its own CPU, such as a traced run's
+trace export, not by its schedule), the optimizer's own part of the wall and the part spent in candidate evaluations
 (MLflow's eval_fn), the latency floor (the run's waits alone, one after another: each evaluation in waves of
-``MLFLOW_GENAI_EVAL_MAX_WORKERS`` rows at T_e, each reflection T_r), predict_fn calls (counted in predict_fn under a lock; MLflow's one pre-flight trace check is counted apart) against the
-budget, the server's task and reflection calls and peak concurrency, MLflow's initial and final eval score
-(gepa's val aggregate on the train rows), held-out accuracy of the seed and final templates (``--test``
-questions, answered instantly by the in-process simulated LM), the final template, and the store's size.
+``MLFLOW_GENAI_EVAL_MAX_WORKERS`` rows at T_e, each reflection T_r), predict_fn calls (counted in predict_fn under a
+lock; MLflow's one pre-flight trace check is counted apart) against the budget, the server's task and reflection
+calls and peak concurrency, MLflow's initial and final eval score (gepa's val aggregate on the train rows), held-out
+accuracy of the seed and final templates (``--test`` questions, answered instantly by the in-process simulated LM),
+the final template, and the store's size.
 Where the optimizer's own part of the wall went (``wall_split``, printed per config): its rows (predict_fn calls,
 client side, timed in epoch seconds) spread over the row pool (busy / W, the wall of a pool that never idles at
 the rows' own times), and the pool's idle time split, as ``bench_pool_idle.py`` splits a DSPy run's, at the end
