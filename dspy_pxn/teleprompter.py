@@ -49,8 +49,10 @@ class BatchedGEPA(dspy.GEPA):
             which every ready-made program carries.
         p: Parents per step, distinct whenever the Pareto front has that many. Default ``"auto"``: P·N
             follows the pool, one proposal in flight per worker, fewer where the budget would then buy
-            under seven validation windows (``dspy_pxn.engine.width``); the run says what it chose. Where that
-            comes to one proposal, the run is dspy.GEPA's own loop. ``p=1, n=1``: dspy.GEPA's search.
+            under six validation windows (``dspy_pxn.engine.width``): the metric-call budget, or where
+            ``max_cost_usd`` binds first, the calls its dollars buy at the cost per call measured so far; the run
+            says what it chose. Where that comes to one proposal, the run is dspy.GEPA's own loop.
+            ``p=1, n=1``: dspy.GEPA's search.
         n: Mutations drawn per parent, each on its own minibatch. Default 1. Prefer more parents
             (``p``) to more mutations; ``n`` helps when the front holds only a few candidates.
         auto: dspy.GEPA's budget presets, ``"light"``, ``"medium"`` or ``"heavy"``: the number of metric

@@ -7,6 +7,7 @@ The server bills what a provider would (its own token counts per model, ``stats(
 from __future__ import annotations
 
 import os
+import re
 import time
 
 import dspy
@@ -18,6 +19,11 @@ from hypothesis import strategies as st
 from dspy_pxn import BatchedGEPA, read_step_log
 from dspy_pxn import testing as sim
 from dspy_pxn.engine.resume import saved_dollars
+from dspy_pxn.engine.width import auto_parents
+from dspy_pxn.ledger.budget import RunShape
+from dspy_pxn.ledger.caps import RunCaps
+from dspy_pxn.ledger.ledger import REFLECTING, RunLedger
+from dspy_pxn.ledger.prices import Price
 from dspy_pxn.testing import LatencyServer
 from tests.budgets import smallest_step
 from tests.compiling import compile_sim
@@ -72,6 +78,45 @@ def test_a_dollar_cap_is_never_exceeded_and_the_dollars_are_exact(server, schedu
     assert result.total_metric_calls <= 3000 and len(result.candidates) >= 1
     if result.steps:
         assert result.steps[-1].cost_usd_left == pytest.approx(cap - spent, abs=1e-9)
+
+
+def test_the_dollars_left_are_counted_in_metric_calls_at_the_runs_cost_per_call():
+    """What ``p="auto"`` plans from under a dollar cap: the dollars left over the dollars per metric call so far, by
+    the cap that buys the fewest; nothing before a priced call or without a dollar cap."""
+    ledger = RunLedger({"openai/a": Price(1e-6, 2e-6)})
+    assert RunCaps(ledger, 1.0, None, None).metric_calls_affordable(10) is None  # nothing spent yet
+    billed = {"prompt_tokens": 100, "completion_tokens": 10}  # $0.00012 a call
+    with dspy.context(**{REFLECTING: True}):
+        ledger.add_usage("openai/a", billed)
+    for _ in range(3):
+        ledger.add_usage("openai/a", billed)
+    spent = 4 * 1.2e-4  # a quarter of it reflection's
+    assert RunCaps(ledger, 0.01, None, None).metric_calls_affordable(20) == pytest.approx((0.01 - spent) / (spent / 20))
+    reflection_cap = RunCaps(ledger, 1.0, 0.001, None).metric_calls_affordable(20)  # the reflection cap buys fewer
+    assert reflection_cap == pytest.approx((0.001 - 1.2e-4) / (1.2e-4 / 20))
+    assert RunCaps(ledger, None, None, 60.0).metric_calls_affordable(20) is None  # a deadline alone counts no dollars
+
+
+def test_auto_width_follows_the_calls_a_binding_dollar_cap_buys(server, engine, caplog):
+    """p="auto" plans its width from max_metric_calls; where the dollars will bind long before those calls are
+    spent, it is planned again from the calls the dollars left buy, so the run keeps its validation windows."""
+    with caplog.at_level("INFO", logger="dspy_pxn.engine.width"):
+        result, stats = compile_priced(server, engine, p="auto", budget=3000, max_cost_usd=0.3)
+    assert billed(stats) <= 0.3 and result.stopped_by == "max_cost_usd"
+    said = [r.getMessage() for r in caplog.records if "proposals in flight, not" in r.getMessage()]
+    assert said  # narrowed, and said so each time it narrowed further
+    for message in said:
+        width, planned, affordable = map(int, re.match(r"p='auto': (\d+) proposals in flight, not (\d+): the dollar "
+                                                       r"cap buys about (\d+) metric calls", message).groups())
+        assert planned == 12 and width == auto_parents(RunShape(12, affordable, 8, 3), 1) < planned
+        assert affordable < 3000
+    widths_said = [int(message.split()[1]) for message in said]
+    assert widths_said == sorted(widths_said, reverse=True) and result.total_metric_calls < 3000
+    with caplog.at_level("INFO", logger="dspy_pxn.engine.width"):
+        caplog.clear()
+        loose, _ = compile_priced(server, engine, p="auto", budget=200, max_cost_usd=10.0)  # the calls bind first
+    assert loose.stopped_by == "max_metric_calls"
+    assert not [r for r in caplog.records if "proposals in flight, not" in r.getMessage()]
 
 
 @pytest.mark.parametrize("schedule", ["async", "steps"])

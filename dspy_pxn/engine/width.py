@@ -21,6 +21,13 @@ not 2m, and a window holds more of them than the 2m the width counts per proposa
 +0.006 / −0.088 (depth / breadth / chain) at 2.7-3.2× its speed; 4 (six windows) +0.010 / +0.034 / −0.093 at 3.05-3.7×,
 1.08-1.30× its reflection calls; 5 −0.025 / +0.023 / −0.131 (``docs/benchmark-log.md``, "Staged screening").
 
+Under a dollar cap (``max_cost_usd``, gepa's ``max_reflection_cost``) the budget that binds may be the dollars: the
+async schedule plans the same width again at each launch from the calls the dollars left buy at the run's cost per
+call so far (``within_dollars``), never wider than planned from the call budget. Planned from a loose call budget
+alone (W = 16, B = 6000, the dollars dspy.GEPA spent on B = 600), 16 in flight scored 0.245 below dspy.GEPA where
+each improvement builds on the last (``docs/benchmark-log.md``, "At dspy.GEPA's dollars"). Before a reflection is
+billed the cost per call is the task's alone, so the first pipelines may run wider than the plan that follows.
+
 Validations in flight (``starts_validation``): one validation at a time leaves the pool to the pipelines while a sibling
 merge's reflection runs and while the validation's last wave drains, and a wide pool has improvers waiting all the
 while. So a second validation may start beside the first, but only once ``SECOND_VALIDATION_MIN_IMPROVERS`` improvers
@@ -36,7 +43,19 @@ once (W > |val|), waiting for 8 is as fast, and over ten seeds paired with dspy.
 
 from __future__ import annotations
 
+import logging
+from dataclasses import replace
+from typing import Protocol
+
 from dspy_pxn.ledger.budget import RunShape
+
+logger = logging.getLogger(__name__)
+
+
+class AffordsCalls(Protocol):
+    """What ``within_dollars`` reads of the run's caps (``ledger.caps.RunCaps``)."""
+
+    def metric_calls_affordable(self, metric_calls: int) -> float | None: ...
 
 AUTO = "auto"
 
@@ -76,6 +95,25 @@ def auto_width(shape: RunShape, windows: int = MIN_VALIDATION_WINDOWS) -> int:
 def auto_parents(shape: RunShape, n: int, windows: int = MIN_VALIDATION_WINDOWS) -> int:
     """P for ``p="auto"`` with ``n`` mutations per parent: the auto width, in whole parents."""
     return max(1, auto_width(shape, windows) // n)
+
+
+def within_dollars(p: int | str, n: int, shape: RunShape, planned: int, narrowest: int, spent: int,
+                   caps: AffordsCalls | None) -> int:
+    """P·N for the async schedule's next launch: the ``planned`` width, or under ``p="auto"`` with a dollar cap, the
+    width ``p="auto"`` gives for the metric calls the dollars left buy at the run's cost per call so far (``spent``
+    calls in), where those are fewer than the ``shape``'s budget; see the module docstring. A width narrower than the
+    ``narrowest`` so far is said."""
+    if p != AUTO or caps is None:
+        return planned
+    affordable = caps.metric_calls_affordable(spent)
+    if affordable is None or spent + affordable >= shape.budget:
+        return planned
+    budget = max(shape.val_size, int(spent + affordable))
+    width = min(planned, auto_parents(replace(shape, budget=budget), n) * n)
+    if width < narrowest:
+        logger.info("p='auto': %d proposals in flight, not %d: the dollar cap buys about %d metric calls in all at "
+                    "the cost per call so far (max_metric_calls=%d).", width, planned, budget, shape.budget)
+    return width
 
 
 def starts_validation(running: int, waiting: int) -> bool:

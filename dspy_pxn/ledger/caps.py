@@ -215,6 +215,19 @@ class RunCaps(BaseCallback):
         return price.of(self.prompt_bound.tokens(model, size), limit)
 
     # -- what the caps still allow, at the run's pace ------------------------------------
+    def metric_calls_affordable(self, metric_calls: int) -> float | None:
+        """The metric calls the dollars left would buy at this run's dollars per metric call so far (every LM call of
+        the search, reflections included, over the ``metric_calls`` spent), by the cap that buys the fewest; None
+        where no dollar cap counts or nothing priced was spent yet."""
+        if not self.counts_dollars or metric_calls <= 0:
+            return None
+        spent, reflection_spent = self.ledger.spent_usd()
+        lefts = self._lefts(settled=True)
+        affordable = [lefts[cap] / (used / metric_calls) for cap, used in
+                      (("max_cost_usd", spent), ("max_reflection_cost", reflection_spent))
+                      if used > 0 and lefts[cap] != float("inf")]
+        return max(0.0, min(affordable)) if affordable else None
+
     def blocks(self, rollouts: int, reflections: int, rollout_waves: int, reflections_in_series: int) -> str | None:
         """The budget that does not allow this much more work (None: all do), and says so once: its
         dollars (``_short_of``) or its time (``in_time``)."""

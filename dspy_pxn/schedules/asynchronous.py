@@ -123,6 +123,7 @@ class AsyncSchedule:
         self.lock = live.events.lock
         self.acceptance = StrictImprovementAcceptance()
         self.launched = 0  # pipelines started: each one's proposal id
+        self.narrowest = self.width  # the narrowest launch width a dollar cap has left so far (``width.within_dollars``)
         self.caps, self.stop = live.caps, live.ledger  # the ledger holds the run's stop signal
         # Pipelines waiting on their reflection, by proposal id, with what the guard promised them.
         self.reflecting: dict[str, tuple[ProposalTask, Reservation]] = {}
@@ -197,7 +198,9 @@ class AsyncSchedule:
         """Start pipelines until ``width`` are in flight or the budget has no room for another. A run that can no
         longer merge (``degraded``) goes on as dspy.GEPA's loop does: one proposal, and its validation, at a time."""
         m, val_waves = self.guard.minibatch_size, self._waves(self.guard.valset_size)
-        width = self.width
+        width = widths.within_dollars(self.run.settings.p, self.run.n, self.run.shape, self.width, self.narrowest,
+                                      self.state.total_num_evals, self.caps)
+        self.narrowest = min(self.narrowest, width)
         if degraded(self.parts):
             if in_flight or waiting:
                 return
